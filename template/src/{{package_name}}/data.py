@@ -127,7 +127,7 @@ def _digits(cfg: TrainConfig) -> Datasets:
     # Pixel values are 0..16; as 8-bit images they take the same path as user images.
     images = [Image.fromarray(np.uint8(im * 255 / 16)) for im in digits.images]
     labels = digits.target.astype(np.int64)
-    train_idx, val_idx = _stratified_split(labels, cfg.val_fraction)
+    train_idx, val_idx = stratified_split(labels, cfg.val_fraction)
     names = tuple(str(name) for name in digits.target_names)
     plain = Preprocess(cfg.image_size, cfg.image_channels, class_names=names)
     pixels = torch.stack([plain.to_unit_range(images[i]) for i in range(len(images))])
@@ -165,7 +165,7 @@ def _image_folder(cfg: TrainConfig, root: Path) -> Datasets:
             f"each; found {dict(zip((d.name for d in class_dirs), counts.tolist(), strict=True))}"
         )
     labels_np = np.asarray(labels, dtype=np.int64)
-    train_idx, val_idx = _stratified_split(labels_np, cfg.val_fraction)
+    train_idx, val_idx = stratified_split(labels_np, cfg.val_fraction)
     names = tuple(d.name for d in class_dirs)
     plain = Preprocess(cfg.image_size, cfg.image_channels, class_names=names)
     sample = train_idx[:STATS_SAMPLE]
@@ -189,7 +189,7 @@ def _decode(path: Path, transform) -> torch.Tensor:
         return transform(image)
 
 
-def _stratified_split(labels: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+def stratified_split(labels: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
     indices = np.arange(len(labels))
     train_idx, val_idx = train_test_split(
         indices, test_size=val_fraction, stratify=labels, random_state=SPLIT_SEED
