@@ -11,7 +11,7 @@ import os
 import random
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -47,6 +47,8 @@ class Progress:
     batch: int = 0  # micro-batches of that epoch already trained on
     best_metric: float | None = None
     best_step: int | None = None
+    # Losses of the steps since the last log step: a resumed run logs the same averages.
+    window_losses: list[float] = field(default_factory=list)
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
@@ -84,6 +86,15 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     if not isinstance(payload, dict) or not {MODEL, PROGRESS} <= payload.keys():
         raise CheckpointError(f"checkpoint '{path}' is not a training checkpoint of this project")
     return payload
+
+
+def checkpoint_to_resume(resume: str, directory: Path) -> tuple[Path, dict[str, Any]] | None:
+    """What `--resume` asks for: none, the newest usable one in `directory` (auto), or a file."""
+    if resume == "none":
+        return None
+    if resume == "auto":
+        return find_resume_checkpoint(directory)
+    return Path(resume), load_checkpoint(Path(resume))
 
 
 def find_resume_checkpoint(directory: Path) -> tuple[Path, dict[str, Any]] | None:

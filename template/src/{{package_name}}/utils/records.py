@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import math
 import platform
 import resource
 import socket
@@ -27,11 +28,8 @@ class MetricsLog:
 
     def __init__(self, path: Path, resume_step: int):
         if path.exists():
-            kept = [
-                line
-                for line in path.read_text().splitlines()
-                if json.loads(line)["step"] <= resume_step
-            ]
+            lines = path.read_text().splitlines()
+            kept = [line for line in lines if _step_of(line) <= resume_step]
             path.write_text("".join(f"{line}\n" for line in kept))
         self.file = path.open("a")
 
@@ -41,6 +39,14 @@ class MetricsLog:
 
     def close(self) -> None:
         self.file.close()
+
+
+def _step_of(line: str) -> float:
+    """The step a metrics line belongs to; a line cut short by a killed run counts as none."""
+    try:
+        return json.loads(line)["step"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return math.inf
 
 
 def write_json(path: Path, content: dict[str, Any]) -> None:
