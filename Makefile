@@ -1,0 +1,45 @@
+# Set up one virtual environment for the generator, the tests and the rendered projects.
+#   make demo   render the default project into build/demo and train it
+#   make test   run the repository's tests
+# TORCH_SPEC and TORCH_INDEX_URL choose the torch build, e.g.
+#   make setup TORCH_SPEC="torch==2.13.0" TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(abspath $(BIN))/python
+STAMP := $(VENV)/.setup-stamp
+TORCH_SPEC ?=
+TORCH_INDEX_URL ?=
+PYTEST_WORKERS ?= 2
+
+.PHONY: setup demo test lint
+
+setup: $(STAMP)
+
+# Torch goes in first and pinned where there is no GPU, so resolving `.[dev]` keeps it instead
+# of pulling the newest (CUDA, multi-GB) release. For PyTorch's own CPU-only wheels, add
+# TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	if [ -n "$(TORCH_SPEC)$(TORCH_INDEX_URL)" ]; then \
+		$(BIN)/python -m pip install $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) \
+			"$(or $(TORCH_SPEC),torch==2.13.0)"; \
+	elif ! command -v nvidia-smi >/dev/null 2>&1; then \
+		$(BIN)/python -m pip install "torch==2.13.0"; \
+	fi
+	$(BIN)/python -m pip install -e ".[dev]"
+	touch $@
+
+demo: setup
+	rm -rf build/demo
+	$(PY) -m generator render build/demo
+	cd build/demo && PYTHONPATH=src $(PY) -m \
+		$$($(PY) -c 'from generator.render import package_of; print(package_of("."))').train
+
+test: setup
+	$(PY) -m pytest -n $(PYTEST_WORKERS)
+
+lint: setup
+	$(BIN)/ruff format --check generator tests bench
+	$(BIN)/ruff check generator tests bench

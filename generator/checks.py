@@ -1,0 +1,158 @@
+"""Static checks of a rendered project; each returns a list of problems, never raises.
+
+Problems are reported together so one run shows everything wrong with a combination
+(DESIGN principle 1: every combination reads as if written by hand for its answers).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+
+from generator.answers import Answer
+from generator.render import ANSWERS_FILE
+
+# Text that only the named choice may put into a rendered .py file. Keys must be choices in
+# copier.yml (a repository test checks this, so a renamed choice can't silently drop its check).
+CHOICE_MARKERS: dict[str, dict[Answer, tuple[str, ...]]] = {
+    "mixed_precision": {"fp16": ("GradScaler", "fp16"), "bf16": ("bf16",)},
+    "compile": {True: ("torch.compile", "_orig_mod")},
+}
+
+_JINJA = re.compile(r"(?<!\$)\{\{|\{%")  # GitHub Actions' `${{ }}` is rendered output
+
+
+def static_problems(project: Path, answers: Mapping[str, Answer]) -> list[str]:
+    """Every static check: ruff, byte-compilation, whitespace, Jinja residue, stray choices."""
+    texts = read_text_files(project)
+    return [
+        *ruff_problems(project),
+        *compile_problems(texts),
+        *whitespace_problems(texts),
+        *jinja_problems(project, texts),
+        *choice_problems(texts, answers),
+        *answers_file_problems(project, answers),
+    ]
+
+
+def read_text_files(project: Path) -> dict[Path, str]:
+    """Every file that decodes as UTF-8 without NUL bytes, keyed by path relative to project."""
+    texts: dict[Path, str] = {}
+    for path in sorted(project.rglob("*")):
+        if not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        if "\0" not in text:
+            texts[path.relative_to(project)] = text
+    return texts
+
+
+def ruff_problems(project: Path) -> list[str]:
+    """`ruff format --check` and `ruff check` with the rendered project's own configuration."""
+    pyproject = project / "pyproject.toml"
+    if not pyproject.is_file() or "[tool.ruff" not in pyproject.read_text(encoding="utf-8"):
+        return ["pyproject.toml: no [tool.ruff] section, so ruff would only use its defaults"]
+    problems = []
+    for args in (["format", "--check"], ["check", "--output-format", "concise"]):
+        command = [sys.executable, "-m", "ruff", *args, "--no-cache", "."]
+        result = subprocess.run(command, cwd=project, capture_output=True, text=True)
+        if result.returncode != 0:
+            output = (result.stdout + result.stderr).strip()
+            problems.append(f"ruff {args[0]} failed:\n{output}")
+    return problems
+
+
+def compile_problems(texts: Mapping[Path, str]) -> list[str]:
+    """Byte-compile every .py file in memory (what compileall does, minus the .pyc files)."""
+    problems = []
+    for path, text in texts.items():
+        if path.suffix == ".py":
+            try:
+                compile(text, str(path), "exec", dont_inherit=True)
+            except SyntaxError as error:
+                problems.append(f"{path}:{error.lineno}: does not compile: {error.msg}")
+    return problems
+
+
+def whitespace_problems(texts: Mapping[Path, str]) -> list[str]:
+    """Trailing whitespace anywhere; blank-line runs and edges outside Python files.
+
+    ruff format owns blank lines in .py files (two are right between top-level definitions);
+    elsewhere a run of blank lines is what a template tag leaves behind.
+    """
+    problems = []
+    for path, text in texts.items():
+        for number, line in enumerate(text.split("\n"), start=1):
+            if line != line.rstrip():
+                problems.append(f"{path}:{number}: trailing whitespace")
+        if path.suffix == ".py" or not text:
+            continue
+        run = text.find("\n\n\n")
+        if run != -1:
+            problems.append(f"{path}:{text.count(chr(10), 0, run) + 2}: two or more blank lines")
+        if text.startswith("\n"):
+            problems.append(f"{path}:1: starts with a blank line")
+        if not text.endswith("\n"):
+            problems.append(f"{path}: does not end with a newline")
+        elif text.endswith("\n\n"):
+            problems.append(f"{path}: ends with a blank line")
+    return problems
+
+
+def jinja_problems(project: Path, texts: Mapping[Path, str]) -> list[str]:
+    """Template syntax that survived rendering, in file contents or file names."""
+    problems = []
+    for path in sorted(project.rglob("*")):
+        relative = path.relative_to(project)
+        if path.suffix == ".jinja" or _JINJA.search(str(relative)):
+            problems.append(f"{relative}: file name left unrendered")
+    for path, text in texts.items():
+        for number, line in enumerate(text.split("\n"), start=1):
+            if _JINJA.search(line):
+                problems.append(f"{path}:{number}: Jinja marker left in: {line.strip()}")
+    return problems
+
+
+def choice_problems(texts: Mapping[Path, str], answers: Mapping[str, Answer]) -> list[str]:
+    """Text in .py files that belongs to a choice not taken (CHOICE_MARKERS)."""
+    problems = []
+    for question, markers_by_choice in CHOICE_MARKERS.items():
+        chosen = answers[question]
+        allowed = set(markers_by_choice.get(chosen, ()))
+        for choice, markers in markers_by_choice.items():
+            for marker in markers:
+                if choice == chosen or marker in allowed:
+                    continue
+                for path, text in texts.items():
+                    if path.suffix == ".py" and marker in text:
+                        number = text.count("\n", 0, text.index(marker)) + 1
+                        problems.append(
+                            f"{path}:{number}: {marker!r} belongs to {question}={choice}, "
+                            f"but {question}={chosen}"
+                        )
+    return problems
+
+
+def answers_file_problems(project: Path, answers: Mapping[str, Answer]) -> list[str]:
+    """The answers file `copier update` needs, recording the answers given."""
+    path = project / ANSWERS_FILE
+    if not path.is_file():
+        return [f"{ANSWERS_FILE}: missing, so `copier update` can't work"]
+    recorded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    problems = [
+        f"{ANSWERS_FILE}: {name} is {recorded.get(name)!r}, expected {value!r}"
+        for name, value in answers.items()
+        if recorded.get(name) != value
+    ]
+    problems += [
+        f"{ANSWERS_FILE}: no {key}" for key in ("_src_path", "_commit") if key not in recorded
+    ]
+    return problems

@@ -1,0 +1,45 @@
+"""The benchmarks run with a tiny setting and write well-formed JSON (no timing asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import TIMEOUT_S, project_env
+
+from generator import REPO_ROOT
+
+
+def run_bench(script: str, *args: str) -> None:
+    command = [sys.executable, str(REPO_ROOT / "bench" / script), *args]
+    env = project_env()
+    env["PYTHONPATH"] = str(REPO_ROOT)  # for `generator`, installed or not
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_render_time(tmp_path: Path) -> None:
+    out = tmp_path / "render.json"
+    run_bench("render_time.py", "--repeats", "1", "--max-combinations", "1", "--out", str(out))
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["benchmark"] == "render_time"
+    assert result["default_render_s"]["repeats"] == 1
+    assert result["default_render_s"]["median"] > 0
+    assert result["matrix"]["combinations"] == 1
+    assert result["matrix"]["total_s"] > 0
+    assert result["environment"]["torch"]
+
+
+@pytest.mark.slow
+def test_train_time(tmp_path: Path) -> None:
+    out = tmp_path / "train.json"
+    run_bench("train_time.py", "--out", str(out), "--", "--fast_dev_run", "true")
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["benchmark"] == "train_time"
+    assert result["train_args"] == ["--fast_dev_run", "true"]
+    for key in ("value", "baseline_value", "wall_s", "samples_per_s", "process_s"):
+        assert isinstance(result[key], int | float), key
+    assert result["environment"]["python"]

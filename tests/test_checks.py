@@ -1,0 +1,110 @@
+"""The static checks find what they claim to find (a check that never fails proves nothing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from generator.checks import (
+    answers_file_problems,
+    choice_problems,
+    compile_problems,
+    jinja_problems,
+    read_text_files,
+    ruff_problems,
+    whitespace_problems,
+)
+
+PYPROJECT = '[project]\nname = "p"\n\n[tool.ruff]\nline-length = 100\n'
+
+
+def write(root: Path, files: dict[str, str | bytes]) -> Path:
+    for name, content in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+    return root
+
+
+def test_clean_files_pass(tmp_path: Path) -> None:
+    project = write(
+        tmp_path,
+        {
+            "pyproject.toml": PYPROJECT,
+            "src/p/a.py": '"""A."""\n\nimport os\n\n\ndef f() -> str:\n    return os.sep\n',
+            "ci.yml": "run: echo ${{ matrix.python }}\n",
+            "data.bin": b"\x00\x01{{",
+        },
+    )
+    texts = read_text_files(project)
+    assert Path("data.bin") not in texts
+    assert ruff_problems(project) == []
+    assert compile_problems(texts) == []
+    assert whitespace_problems(texts) == []
+    assert jinja_problems(project, texts) == []
+
+
+def test_whitespace_problems(tmp_path: Path) -> None:
+    texts = {
+        Path("a.md"): "# A\n\n\n\ntext \n",
+        Path("b.toml"): "\nx = 1",
+        Path("c.yml"): "x: 1\n\n",
+        Path("d.py"): "x = 1\n\n\ny = 2\t\n",
+    }
+    problems = whitespace_problems(texts)
+    assert problems == [
+        "a.md:5: trailing whitespace",
+        "a.md:2: two or more blank lines",
+        "b.toml:1: starts with a blank line",
+        "b.toml: does not end with a newline",
+        "c.yml: ends with a blank line",
+        "d.py:4: trailing whitespace",
+    ]
+
+
+def test_jinja_and_compile_problems(tmp_path: Path) -> None:
+    project = write(
+        tmp_path,
+        {
+            "README.md": "# {{ project_name }}\n",
+            "x.py.jinja": "x = 1\n",
+            "y.py": "{% if compile %}\n",
+        },
+    )
+    texts = read_text_files(project)
+    assert len(jinja_problems(project, texts)) == 3
+    assert [p.split(":")[0] for p in compile_problems(texts)] == ["y.py"]
+
+
+def test_ruff_problems(tmp_path: Path) -> None:
+    write(tmp_path / "bare", {"a.py": "x = 1\n"})
+    assert "no [tool.ruff]" in ruff_problems(tmp_path / "bare")[0]
+    write(tmp_path / "dirty", {"pyproject.toml": PYPROJECT, "a.py": "import os\nx=1\n"})
+    problems = ruff_problems(tmp_path / "dirty")
+    assert [p.split(" failed")[0] for p in problems] == ["ruff format", "ruff check"]
+
+
+def test_choice_problems() -> None:
+    texts = {
+        Path("train.py"): "scaler = torch.amp.GradScaler()\nmodel = torch.compile(model)\n",
+        Path("README.md"): "fp16 and bf16 are choices of the template\n",
+    }
+    answers = {"mixed_precision": "no", "compile": False}
+    problems = choice_problems(texts, answers)
+    assert problems == [
+        "train.py:1: 'GradScaler' belongs to mixed_precision=fp16, but mixed_precision=no",
+        "train.py:2: 'torch.compile' belongs to compile=True, but compile=False",
+    ]
+    answers = {"mixed_precision": "fp16", "compile": True}
+    assert choice_problems(texts, answers) == []
+
+
+def test_answers_file_problems(tmp_path: Path) -> None:
+    assert "missing" in answers_file_problems(tmp_path, {"compile": False})[0]
+    (tmp_path / ".copier-answers.yml").write_text("_src_path: x\ncompile: true\n")
+    assert answers_file_problems(tmp_path, {"compile": False}) == [
+        ".copier-answers.yml: compile is True, expected False",
+        ".copier-answers.yml: no _commit",
+    ]
