@@ -17,11 +17,26 @@ import yaml
 from generator.answers import Answer
 from generator.render import ANSWERS_FILE
 
+# Shared by every exporting choice, so they are flagged only in export_target=none renders.
+_EXPORTING = ("export_at_end", "ExportError", "export_run")
+# Shared by every tracker, so they are flagged only in tracker=none renders.
+_TRACKING = ("start_tracker", "init_trackers", "accelerator.log(", "end_training", "log_with")
+
 # Text that only the named choice may put into a rendered .py file. Keys must be choices in
 # copier.yml (a repository test checks this, so a renamed choice can't silently drop its check).
 CHOICE_MARKERS: dict[str, dict[Answer, tuple[str, ...]]] = {
     "mixed_precision": {"fp16": ("GradScaler", "fp16"), "bf16": ("bf16",)},
     "compile": {True: ("torch.compile", "_orig_mod")},
+    "export_target": {
+        "onnx": (*_EXPORTING, "onnx", "opset"),
+        "torchscript": (*_EXPORTING, "torch.jit", "TorchScript"),
+        "torch_export": (*_EXPORTING, "torch.export.save", "torch.export.load", ".pt2"),
+    },
+    "tracker": {
+        "tensorboard": (*_TRACKING, "tensorboard", "TensorBoard", "EventAccumulator"),
+        "wandb": (*_TRACKING, "wandb", "WANDB", "Weights & Biases"),
+        "mlflow": (*_TRACKING, "mlflow", "MLFLOW", "MLflow"),
+    },
 }
 
 _JINJA = re.compile(r"(?<!\$)\{\{|\{%")  # GitHub Actions' `${{ }}` is rendered output
@@ -127,17 +142,19 @@ def choice_problems(texts: Mapping[Path, str], answers: Mapping[str, Answer]) ->
     for question, markers_by_choice in CHOICE_MARKERS.items():
         chosen = answers[question]
         allowed = set(markers_by_choice.get(chosen, ()))
+        owners: dict[str, list[str]] = {}  # a marker may belong to several choices
         for choice, markers in markers_by_choice.items():
             for marker in markers:
-                if choice == chosen or marker in allowed:
-                    continue
-                for path, text in texts.items():
-                    if path.suffix == ".py" and marker in text:
-                        number = text.count("\n", 0, text.index(marker)) + 1
-                        problems.append(
-                            f"{path}:{number}: {marker!r} belongs to {question}={choice}, "
-                            f"but {question}={chosen}"
-                        )
+                if choice != chosen and marker not in allowed:
+                    owners.setdefault(marker, []).append(str(choice))
+        for marker, choices in owners.items():
+            for path, text in texts.items():
+                if path.suffix == ".py" and marker in text:
+                    number = text.count("\n", 0, text.index(marker)) + 1
+                    problems.append(
+                        f"{path}:{number}: {marker!r} belongs to {question}={'/'.join(choices)}, "
+                        f"but {question}={chosen}"
+                    )
     return problems
 
 

@@ -43,3 +43,38 @@ def test_train_time(tmp_path: Path) -> None:
     for key in ("value", "baseline_value", "wall_s", "samples_per_s", "process_s"):
         assert isinstance(result[key], int | float), key
     assert result["environment"]["python"]
+
+
+@pytest.mark.slow
+def test_step_overhead(tmp_path: Path) -> None:
+    out = tmp_path / "steps.json"
+    run_bench("step_overhead.py", "--steps", "8", "--repeats", "1", "--out", str(out))
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["benchmark"] == "step_overhead"
+    assert {"bare", "bare_fused", "dataloader", "accelerate", "trainer"} <= set(result["median_s"])
+    assert min(result["relative_to_fastest"].values()) == 1.0
+    assert result["trainer_vs_bare"] > 0 and result["trainer_vs_bare_fused"] > 0
+
+
+@pytest.mark.slow
+def test_loader_throughput(tmp_path: Path) -> None:
+    out = tmp_path / "loaders.json"
+    args = [
+        "--samples",
+        "2000",
+        "--images",
+        "40",
+        "--batch",
+        "8",
+        "--workers",
+        "0,1",
+        "--steps",
+        "2",
+    ]
+    run_bench("loader_throughput.py", *args, "--repeats", "1", "--out", str(out))
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["benchmark"] == "loader_throughput"
+    assert result["in_memory"]["speedup"] > 0
+    decode = result["auto_workers"]
+    assert set(decode["samples_per_s"]) >= {"0", "1"}
+    assert 0 < decode["auto_vs_best"] <= 1.0

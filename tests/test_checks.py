@@ -91,14 +91,53 @@ def test_choice_problems() -> None:
         Path("train.py"): "scaler = torch.amp.GradScaler()\nmodel = torch.compile(model)\n",
         Path("README.md"): "fp16 and bf16 are choices of the template\n",
     }
-    answers = {"mixed_precision": "no", "compile": False}
+    answers = {
+        "mixed_precision": "no",
+        "compile": False,
+        "export_target": "none",
+        "tracker": "none",
+    }
     problems = choice_problems(texts, answers)
     assert problems == [
         "train.py:1: 'GradScaler' belongs to mixed_precision=fp16, but mixed_precision=no",
         "train.py:2: 'torch.compile' belongs to compile=True, but compile=False",
     ]
-    answers = {"mixed_precision": "fp16", "compile": True}
+    answers = {
+        "mixed_precision": "fp16",
+        "compile": True,
+        "export_target": "none",
+        "tracker": "none",
+    }
     assert choice_problems(texts, answers) == []
+
+
+def test_choice_problems_of_markers_shared_by_several_choices() -> None:
+    texts = {Path("export.py"): "from .artifact import ExportError\nimport onnxruntime\n"}
+    answers = {"mixed_precision": "no", "compile": False, "export_target": "torchscript"}
+    answers["tracker"] = "none"
+    assert choice_problems(texts, answers) == [
+        "export.py:2: 'onnx' belongs to export_target=onnx, but export_target=torchscript",
+    ]
+    answers["export_target"] = "none"
+    assert choice_problems(texts, answers) == [
+        "export.py:1: 'ExportError' belongs to export_target=onnx/torchscript/torch_export, "
+        "but export_target=none",
+        "export.py:2: 'onnx' belongs to export_target=onnx, but export_target=none",
+    ]
+
+
+def test_choice_problems_of_trackers() -> None:
+    texts = {Path("tracking.py"): "import wandb\naccelerator.init_trackers(PROJECT)\n"}
+    answers = {"mixed_precision": "no", "compile": False, "export_target": "none"}
+    assert choice_problems(texts, answers | {"tracker": "wandb"}) == []
+    assert choice_problems(texts, answers | {"tracker": "mlflow"}) == [
+        "tracking.py:1: 'wandb' belongs to tracker=wandb, but tracker=mlflow",
+    ]
+    assert choice_problems(texts, answers | {"tracker": "none"}) == [
+        "tracking.py:2: 'init_trackers' belongs to tracker=tensorboard/wandb/mlflow, "
+        "but tracker=none",
+        "tracking.py:1: 'wandb' belongs to tracker=wandb, but tracker=none",
+    ]
 
 
 def test_answers_file_problems(tmp_path: Path) -> None:

@@ -20,7 +20,15 @@ from generator.render import package_of, render
 SPACE = load_space()
 SUBSET = covering(SPACE)
 SUBSET_IDS = [SPACE.slug(c) for c in SUBSET]
-RUN_FOLDER = ["config.yaml", "run.json", "metrics.jsonl", "summary.json", "checkpoints", "model"]
+RUN_FOLDER = [
+    "config.yaml",
+    "run.json",
+    "metrics.jsonl",
+    "summary.json",
+    "curves.png",
+    "checkpoints",
+    "model",
+]
 SUMMARY_FIELDS = {
     "task",
     "metric",

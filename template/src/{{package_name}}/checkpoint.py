@@ -25,7 +25,6 @@ log = logging.getLogger(__name__)
 # Keys of a checkpoint file.
 MODEL = "model"
 OPTIMIZER = "optimizer"
-SCHEDULER = "scheduler"
 SCALER = "scaler"
 PROGRESS = "progress"
 RNG = "rng"

@@ -287,6 +287,11 @@ def build_loaders(
     train_sampler = EpochBatchSampler(
         len(datasets.train), cfg.batch_size, shuffle=True, drop_last=True, seed=cfg.seed
     )
+    if len(train_sampler) == 0:
+        raise ConfigError(
+            f"--batch_size: got {cfg.batch_size}, but the training split has only "
+            f"{len(datasets.train)} samples; use a smaller batch"
+        )
     val_sampler = EpochBatchSampler(
         len(datasets.val), cfg.batch_size, shuffle=False, drop_last=False, seed=cfg.seed
     )

@@ -28,7 +28,7 @@ class LogWindow:
         self.started = time.perf_counter()
 
     def add_loss(self, loss: torch.Tensor) -> None:
-        self.losses[self.steps] += loss
+        self.losses[self.steps].add_(loss)
 
     def end_step(self) -> None:
         self.steps += 1
