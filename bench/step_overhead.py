@@ -84,10 +84,11 @@ def epochs_of_batches(inputs: torch.Tensor, targets: torch.Tensor, steps: int):
             done += 1
 
 
-def bare(inputs: torch.Tensor, targets: torch.Tensor, steps: int, fused: bool = False) -> float:
+def plain_loop(batches, fused: bool = False) -> float:
+    """The hand-written loop: forward, loss, backward, clip, step."""
     model, clock = mlp(), StepClock()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, fused=fused)
-    for x, y in epochs_of_batches(inputs, targets, steps):
+    for x, y in batches:
         loss = F.cross_entropy(model(x), y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -95,6 +96,10 @@ def bare(inputs: torch.Tensor, targets: torch.Tensor, steps: int, fused: bool = 
         optimizer.step()
         clock.tick()
     return clock.seconds
+
+
+def bare(inputs: torch.Tensor, targets: torch.Tensor, steps: int, fused: bool = False) -> float:
+    return plain_loop(epochs_of_batches(inputs, targets, steps), fused)
 
 
 def default_loader(inputs: torch.Tensor, targets: torch.Tensor, steps: int):
@@ -110,16 +115,7 @@ def default_loader(inputs: torch.Tensor, targets: torch.Tensor, steps: int):
 
 
 def dataloader(inputs: torch.Tensor, targets: torch.Tensor, steps: int) -> float:
-    model, clock = mlp(), StepClock()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
-    for x, y in default_loader(inputs, targets, steps):
-        loss = F.cross_entropy(model(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), CLIP)
-        optimizer.step()
-        clock.tick()
-    return clock.seconds
+    return plain_loop(default_loader(inputs, targets, steps))
 
 
 def accelerate_loop(inputs: torch.Tensor, targets: torch.Tensor, steps: int) -> float:
