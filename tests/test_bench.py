@@ -36,12 +36,15 @@ def test_render_time(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_train_time(tmp_path: Path) -> None:
     out = tmp_path / "train.json"
-    run_bench("train_time.py", "--out", str(out), "--", "--fast_dev_run", "true")
+    task = "image_classification"
+    run_bench("train_time.py", "--task", task, "--out", str(out), "--", "--fast_dev_run", "true")
     result = json.loads(out.read_text(encoding="utf-8"))
     assert result["benchmark"] == "train_time"
     assert result["train_args"] == ["--fast_dev_run", "true"]
+    (run,) = result["runs"]
+    assert run["task"] == task
     for key in ("value", "baseline_value", "wall_s", "samples_per_s", "process_s"):
-        assert isinstance(result[key], int | float), key
+        assert isinstance(run[key], int | float), key
     assert result["environment"]["python"]
 
 
