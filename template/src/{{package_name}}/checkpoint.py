@@ -61,10 +61,13 @@ def save_checkpoint(
     keep: int,
     is_best: bool,
 ) -> Path:
-    """Write `states` plus progress and RNG states atomically, move the markers, prune."""
+    """Write `states` plus progress and RNG states atomically, move the markers, prune.
+
+    The RNG states are this process's, unless `states` brings its own under RNG.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     path = checkpoint_path(directory, progress.step)
-    payload = {**states, PROGRESS: asdict(progress), RNG: _rng_states()}
+    payload = {RNG: rng_states(), **states, PROGRESS: asdict(progress)}
     _atomic_write(path, lambda file: torch.save(payload, file))
     _atomic_write(directory / "latest", lambda file: file.write(f"{path.name}\n".encode()))
     if is_best:
@@ -162,7 +165,8 @@ def load_weights(model: nn.Module, directory: Path) -> nn.Module:
     return model
 
 
-def _rng_states() -> dict[str, Any]:
+def rng_states() -> dict[str, Any]:
+    """This process's random states: Python, NumPy, torch on the CPU and every CUDA device."""
     _, keys, position, has_gauss, gauss = np.random.get_state()
     return {
         "python": random.getstate(),

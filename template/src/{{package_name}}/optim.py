@@ -21,7 +21,7 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
     ]
     # fused: one kernel per parameter group instead of several per tensor, which makes a
     # step about 20% faster for small models on the CPU and more so on GPUs.
-    return torch.optim.AdamW(groups, lr=cfg.lr, fused=True)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2), fused=True)
 
 
 def learning_rate(step: int, cfg: TrainConfig, total_steps: int) -> float:

@@ -1,0 +1,94 @@
+"""`distributed`: a multi render ships its launchers and runs its README's CPU command in 2
+processes; a single render carries nothing of it.
+
+The rendered project's own tests/test_distributed.py proves the training itself (2 processes
+against 1, rank 0 alone writing, resume across process counts, the collective timeout).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers import project_env
+
+from generator.answers import load_space
+from generator.render import render
+
+SPACE = load_space()
+LAUNCH_TIMEOUT_S = 300
+# What only a multi render may contain.
+MULTI_ONLY = ("torch.distributed", "SyncBatchNorm", "torchrun", "dist_timeout_s", "no_sync")
+
+
+@pytest.fixture(scope="module")
+def multi(tmp_path_factory) -> Path:
+    return render(SPACE.defaults() | {"distributed": "multi"}, tmp_path_factory.mktemp("multi"))
+
+
+def test_multi_ships_launch_configs_and_a_requeueing_slurm_script(multi: Path) -> None:
+    for name in ("one-machine", "several-machines"):
+        config = yaml.safe_load((multi / "configs" / "accelerate" / f"{name}.yaml").read_text())
+        assert config["distributed_type"] == "MULTI_GPU" and config["mixed_precision"] == "no"
+    script = multi / "slurm" / "train.sbatch"
+    assert os.access(script, os.X_OK)
+    subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
+    text = script.read_text()
+    for needed in ("#SBATCH --requeue", "#SBATCH --signal=USR1@", "scontrol requeue", "-eq 75"):
+        assert needed in text, needed
+    readme = (multi / "README.md").read_text()
+    for needed in ("## Several GPUs and machines", "Global batch", "Learning rate", "--cpu true"):
+        assert needed in readme, needed
+
+
+def test_single_has_no_distributed_code(tmp_path: Path) -> None:
+    project = render(SPACE.defaults(), tmp_path / "single")
+    assert not (project / "configs" / "accelerate").exists()
+    assert not (project / "slurm").exists()
+    for path in project.rglob("*"):
+        if path.is_file() and path.suffix in {".py", ".md", ".yaml", ".yml", ""}:
+            text = path.read_text(errors="replace")
+            found = [word for word in MULTI_ONLY if word in text]
+            assert not found, f"{path.relative_to(project)} mentions {found}"
+
+
+@pytest.mark.slow
+def test_readme_cpu_command_trains_in_two_processes(multi: Path, tmp_path: Path) -> None:
+    """The README's exact command, with torchrun run as `python -m torch.distributed.run`."""
+    readme = (multi / "README.md").read_text()
+    line = re.search(r"^torchrun --standalone --nproc_per_node 2 .*$", readme, re.M)
+    assert line, "the README gives no 2-process CPU command"
+    command = shlex.split(line.group(0).split("#")[0])
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "torch.distributed.run", *command[1:], "--output_dir", str(out)]
+    child = subprocess.Popen(
+        argv,
+        cwd=multi,
+        env=project_env() | {"OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # torchrun and its workers, killed together below
+    )
+    try:
+        output, _ = child.communicate(timeout=LAUNCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        output = f"still running after {LAUNCH_TIMEOUT_S} s"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    assert child.returncode == 0, output[-6000:]
+    assert json.loads((out / "run.json").read_text())["world_size"] == 2
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "split" not in r] == [1, 2, 3, 4]  # each step once
+    assert (out / "model" / "model.safetensors").is_file()

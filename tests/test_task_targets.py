@@ -1,0 +1,90 @@
+"""Every task's default project reaches the target its README promises, on the CPU.
+
+Each test renders one task with default answers, trains it with the project's default
+configuration and checks the final evaluation in summary.json against the trivial baseline
+and the task's own bar. Running the other combinations is `python -m generator check`'s job
+(`make test` checks the pairwise set and runs the own tests of a sample that uses every
+choice), so the tests here do not run them twice.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import reproduce, run_in
+
+from generator.answers import load_space
+from generator.render import package_of, render
+
+SPACE = load_space()
+TASKS = next(axis for axis in SPACE.axes if axis.name == "task_type").choices
+
+pytestmark = pytest.mark.slow
+
+
+def train_default(tmp_path: Path, task: str, *train_args: str) -> tuple[Path, dict[str, Any]]:
+    """Render the task's default project, train it, and return it with its summary.json."""
+    answers = SPACE.defaults() | {"task_type": task}
+    project = render(answers, tmp_path / "project")
+    out = tmp_path / "out"
+    command = ["-m", f"{package_of(project)}.train", "--output_dir", str(out), *train_args]
+    run_in(project, command, reproduce(answers))
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["task"] == task
+    return project, summary
+
+
+def test_every_task_has_a_target_here() -> None:
+    targets = {name.removeprefix("test_") for name in globals() if name.startswith("test_")}
+    assert set(TASKS) <= targets, f"tasks without a target test: {set(TASKS) - targets}"
+
+
+def test_image_classification(tmp_path: Path) -> None:
+    _, summary = train_default(tmp_path, "image_classification")
+    assert summary["metric"] == "accuracy" and summary["higher_is_better"] is True
+    assert summary["value"] >= 0.985, summary
+    assert summary["value"] > summary["baseline_value"] + 0.8, summary
+
+
+def test_text_classification(tmp_path: Path) -> None:
+    _, summary = train_default(tmp_path, "text_classification")
+    assert summary["metric"] == "accuracy" and summary["higher_is_better"] is True
+    assert summary["value"] >= 0.90, summary
+    assert summary["value"] >= summary["baseline_value"] + 0.30, summary
+
+
+def test_tabular_regression(tmp_path: Path) -> None:
+    """Within 0.02 of R^2 of scikit-learn's LinearRegression fitted on the same split."""
+    project, summary = train_default(tmp_path, "tabular_regression")
+    assert summary["metric"] == "r2" and summary["higher_is_better"] is True
+    package = package_of(project)
+    reference = run_in(
+        project,
+        [
+            "-c",
+            f"from {package}.config import load_config\n"
+            f"from {package}.reference import linear_regression_r2\n"
+            "print(linear_regression_r2(load_config([])))",
+        ],
+        "LinearRegression reference",
+    )
+    linear_r2 = float(reference.stdout.strip().splitlines()[-1])
+    assert summary["value"] >= linear_r2 - 0.02, (summary, linear_r2)
+    assert summary["value"] > summary["baseline_value"] + 0.2, summary
+
+
+def test_language_modeling(tmp_path: Path) -> None:
+    """Validation bits per character at most 55% of the unigram model's."""
+    _, summary = train_default(tmp_path, "language_modeling")
+    assert summary["metric"] == "bits_per_char" and summary["higher_is_better"] is False
+    assert summary["value"] <= 0.55 * summary["baseline_value"], summary
+
+
+def test_semantic_segmentation(tmp_path: Path) -> None:
+    _, summary = train_default(tmp_path, "semantic_segmentation")
+    assert summary["metric"] == "mean_iou" and summary["higher_is_better"] is True
+    assert summary["value"] >= 0.80, summary
+    assert summary["value"] > summary["baseline_value"], summary
