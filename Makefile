@@ -1,6 +1,7 @@
 # Set up one virtual environment for the generator, the tests and the rendered projects.
 #   make demo   render the default project into build/demo and train it
-#   make test   run the repository's tests
+#   make test   run the repository's tests, then check the pairwise set of combinations
+#   make check  check every combination (render, lint, train, resume, export; CHECK_ARGS)
 # TORCH_SPEC and TORCH_INDEX_URL choose the torch build, e.g.
 #   make setup TORCH_SPEC="torch==2.13.0" TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
 
@@ -12,8 +13,10 @@ STAMP := $(VENV)/.setup-stamp
 TORCH_SPEC ?=
 TORCH_INDEX_URL ?=
 PYTEST_WORKERS ?= 2
+CHECK_JOBS ?= 2
+CHECK_ARGS ?= --all
 
-.PHONY: setup demo test lint
+.PHONY: setup demo test lint check
 
 setup: $(STAMP)
 
@@ -37,8 +40,15 @@ demo: setup
 	cd build/demo && PYTHONPATH=src $(PY) -m \
 		$$($(PY) -c 'from generator.render import package_of; print(package_of("."))').train
 
+# The pairwise check renders, lints, trains, resumes and exports every pair of choices, and
+# runs a sample's own tests: the tests leave running projects to it.
 test: setup
 	$(PY) -m pytest -n $(PYTEST_WORKERS)
+	$(PY) -m generator check --pairwise --device cpu --jobs $(CHECK_JOBS) \
+		--report build/check/pairwise
+
+check: setup
+	$(PY) -m generator check $(CHECK_ARGS) --jobs $(CHECK_JOBS) --report build/check/matrix
 
 lint: setup
 	$(BIN)/ruff format --check generator tests bench

@@ -1,52 +1,142 @@
-"""Command line: `python -m generator {matrix,render} ...`.
+"""Command line: `python -m generator {matrix,render,check} ...`.
 
-Exit codes: 0 done, 2 bad usage or answers (one line on stderr, like argparse).
+Exit codes: 0 done, 1 a checked combination failed, 2 bad usage or answers (one line on
+stderr, like argparse).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
+import shlex
 import sys
-from collections.abc import Sequence
+import tempfile
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from copier.errors import CopierError
 
-from generator.answers import load_space
+from generator.answers import AnswerError, Answers, load_space
+from generator.check import Options, Result, check_all, processes, visible_gpus
+from generator.cover import covering
 from generator.render import render
+from generator.report import write_report
+from generator.selection import Shard, select
+
+SAMPLES = ("sample", "all", "none")
 
 
 def get_parser() -> argparse.ArgumentParser:
     """The parser, apart from main() so tests and docs can inspect it."""
     parser = argparse.ArgumentParser(
         prog="python -m generator",
-        description="Enumerate and render the combinations of answers that copier.yml allows.",
+        description="Enumerate, render and check the combinations of answers copier.yml allows.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    matrix = commands.add_parser("matrix", help="list every combination of the choices")
+    matrix = commands.add_parser("matrix", help="list the combinations of the choices")
     matrix.add_argument("--json", action="store_true", help="a JSON list of {slug, answers}")
+    _add_selection(matrix, every="(default)")
 
     render_ = commands.add_parser("render", help="render one project, defaults for the rest")
     render_.add_argument("dest", type=Path, help="an empty or missing directory")
-    render_.add_argument(
-        "--set",
-        dest="sets",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="answer one question (repeatable)",
+    _add_sets(render_, "answer one question (repeatable)")
+
+    check = commands.add_parser(
+        "check",
+        help="render, lint, train, resume, export and test combinations",
+        description=(
+            "Check combinations end to end: render, lint (ruff format --check, ruff check and "
+            "the static checks), the project's fast dev run in a new process, a resume in "
+            "another that trains --steps more, the export when one is chosen, and the "
+            "project's own tests for a sample. Exit 1 when any combination fails."
+        ),
+    )
+    _add_selection(check, every="")
+    check.add_argument(
+        "--jobs", type=_positive, default=1, metavar="J", help="combinations at once (default 1)"
+    )
+    check.add_argument(
+        "--steps",
+        type=_positive,
+        default=2,
+        metavar="S",
+        help="optimizer steps the resume adds to the fast dev run's (default 2)",
+    )
+    check.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cpu passes --cpu true and hides GPUs; cuda runs on the GPUs (default cpu)",
+    )
+    check.add_argument(
+        "--project-tests",
+        choices=SAMPLES,
+        default="sample",
+        help="which combinations also run their own tests: sample (default), all or none; the "
+        "sample is a greedy cover of the selection that uses each of its choices once or more, "
+        "taken before --shard",
+    )
+    check.add_argument(
+        "--report", type=Path, metavar="DIR", help="write DIR/report.json and DIR/report.md"
+    )
+    check.add_argument(
+        "--workdir",
+        type=Path,
+        metavar="DIR",
+        help="renders, runs and the compile cache; kept, failures included (default: a "
+        "temporary folder, removed at the end)",
     )
     return parser
 
 
+def _add_selection(parser: argparse.ArgumentParser, every: str) -> None:
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--all", action="store_true", help=f"every combination {every}".strip())
+    which.add_argument(
+        "--pairwise",
+        action="store_true",
+        help="a covering set in which every two choices of any two questions meet",
+    )
+    _add_sets(parser, "fix a question; the combinations of the others are selected (repeatable)")
+    parser.add_argument(
+        "--shard",
+        default="1/1",
+        metavar="I/N",
+        help="only the I-th of N shards; the N shards cover the selection exactly once",
+    )
+
+
+def _add_sets(parser: argparse.ArgumentParser, help_: str) -> None:
+    parser.add_argument(
+        "--set", dest="sets", action="append", default=[], metavar="NAME=VALUE", help=help_
+    )
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit status; tests call it with `argv`."""
-    args = get_parser().parse_args(argv)
+    parser = get_parser()
+    args = parser.parse_args(argv)
+    if args.command == "check" and not (args.all or args.pairwise or args.sets):
+        print(
+            "python -m generator check: error: choose the combinations: --all, --pairwise "
+            "or --set NAME=VALUE",
+            file=sys.stderr,
+        )
+        return 2
     try:
         if args.command == "matrix":
-            return _matrix(as_json=args.json)
+            return _matrix(args)
+        if args.command == "check":
+            return _check(args, sys.argv[1:] if argv is None else list(argv))
         return _render(args.dest, args.sets)
     except (ValueError, CopierError) as error:  # copier reports a failed validator as ValueError
         message = " ".join(str(error).split())  # copier's messages may span lines
@@ -54,10 +144,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _matrix(*, as_json: bool) -> int:
+def _matrix(args: argparse.Namespace) -> int:
     space = load_space()
-    combinations = space.combinations()
-    if as_json:
+    shard = Shard.parse(args.shard)
+    _, combinations = select(space, args.sets, pairwise_only=args.pairwise, shard=shard)
+    if args.json:
         rows = [{"slug": space.slug(c), "answers": c} for c in combinations]
         print(json.dumps(rows, indent=2))
     else:
@@ -69,3 +160,91 @@ def _render(dest: Path, sets: Sequence[str]) -> int:
     answers = load_space().parse_sets(sets)
     print(render(answers, dest))
     return 0
+
+
+def _check(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    space = load_space()
+    shard = Shard.parse(args.shard)
+    fixed, selection = select(space, args.sets, pairwise_only=args.pairwise)
+    if args.project_tests == "sample":
+        sample = covering(space, selection)
+    else:
+        sample = selection if args.project_tests == "all" else []
+    combinations = shard.take(selection, space.slug)
+    if not combinations:
+        raise AnswerError(f"shard {args.shard} of {len(selection)} combinations is empty")
+    if args.device == "cuda":
+        _require_gpus(combinations)
+    # Free-text answers given with --set (a project name, say) go into every render.
+    combinations = [fixed | answers for answers in combinations]
+    sample = [fixed | answers for answers in sample]
+
+    with tempfile.TemporaryDirectory(prefix="generator-check-") as scratch:
+        workdir = args.workdir or Path(scratch)
+        options = Options(workdir / "compile-cache", args.device, args.steps, args.jobs)
+        print(
+            f"checking {len(combinations)} combinations on {args.device}, "
+            f"{args.jobs} at a time, in {workdir}",
+            flush=True,
+        )
+        start, cpu_start = time.perf_counter(), _cpu_seconds()
+        results = check_all(space, combinations, sample, workdir, options, _progress(combinations))
+        wall_s, cpu_s = time.perf_counter() - start, _cpu_seconds() - cpu_start
+
+    failed = [r for r in results if not r.ok]
+    for result in failed:
+        print(f"\n--- {result.slug}: {result.failed_stage} failed\n{result.log_tail}")
+    print(
+        f"\n{len(results) - len(failed)} passed, {len(failed)} failed in {wall_s:.0f} s "
+        f"({cpu_s:.0f} CPU seconds)"
+    )
+    if args.report:
+        meta = {
+            "command": "python -m generator " + shlex.join(argv),
+            "device": args.device,
+            "jobs": args.jobs,
+            "steps": args.steps,
+            "wall_s": round(wall_s, 1),
+            "cpu_s": round(cpu_s, 1),
+        }
+        print(f"report: {write_report(args.report, results, meta)}")
+    return 1 if failed else 0
+
+
+def _progress(combinations: Sequence[Answers]) -> Callable[[int, Result], None]:
+    """One line per finished combination, as they finish."""
+    width = len(str(len(combinations)))
+
+    def show(done: int, result: Result) -> None:
+        status = "pass" if result.ok else f"FAIL ({result.failed_stage})"
+        notes = f"  [{'; '.join(result.notes)}]" if result.notes else ""
+        print(
+            f"[{done:>{width}}/{len(combinations)}] {status:<16} {result.slug} "
+            f"{result.seconds:.0f} s{notes}",
+            flush=True,
+        )
+
+    return show
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and every process it started and reaped, their children too.
+
+    On a machine shared with other work, wall time says little; CPU time depends on it less.
+    """
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _require_gpus(combinations: Sequence[Answers]) -> None:
+    """Refuse before rendering anything when the GPUs can't run the selection."""
+    gpus = visible_gpus()
+    needed = max(processes(answers) for answers in combinations)
+    if gpus < needed:
+        raise AnswerError(
+            f"--device cuda: the selection needs {needed} GPU(s) and torch sees {gpus}; "
+            "use --device cpu, or leave out the combinations that launch more with --set"
+        )

@@ -1,4 +1,4 @@
-"""`python -m generator`: matrix listing, rendering with --set, and one-line errors."""
+"""`python -m generator`: listing and selecting combinations, rendering, one-line errors."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from generator import REPO_ROOT
+from generator import REPO_ROOT, cli
 from generator.answers import load_space
 from generator.cli import main
+from generator.pairwise import pairwise
 
 SPACE = load_space()
 
@@ -85,3 +86,67 @@ def test_render_refuses_a_non_empty_destination(
     assert main(["render", str(tmp_path)]) == 2
     assert "not an empty directory" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+
+
+def test_matrix_pairwise_lists_the_covering_set(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["matrix", "--pairwise"]) == 0
+    assert capsys.readouterr().out.splitlines() == [SPACE.slug(c) for c in pairwise(SPACE)]
+
+
+def test_matrix_set_and_shard_narrow_the_listing(capsys: pytest.CaptureFixture[str]) -> None:
+    listed = []
+    for index in (1, 2, 3):
+        assert main(["matrix", "--set", "compile=true", "--shard", f"{index}/3"]) == 0
+        listed += capsys.readouterr().out.splitlines()
+    expected = [SPACE.slug(c) for c in SPACE.combinations() if c["compile"] is True]
+    assert sorted(listed) == sorted(expected)
+
+
+@pytest.mark.parametrize("command", ["matrix", "check"])
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--shard", "5/4"], ["--shard '5/4'", "1 <= I <= N", "1/4"]),
+        (["--shard", "two"], ["--shard 'two'", "expected I/N"]),
+        (["--set", "tracker=neptune"], ["'neptune'", "allowed: none, tensorboard"]),
+        (["--set", "nope=1"], ["unknown question 'nope'", "task_type"]),
+    ],
+)
+def test_bad_selection_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], command: str, args: list[str], words: list[str]
+) -> None:
+    assert main([command, "--all", *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and captured.err.startswith(
+        f"python -m generator {command}"
+    )
+    for word in words:
+        assert word in captured.err
+
+
+def test_check_needs_a_selection(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check"]) == 2
+    assert "--all, --pairwise or --set" in capsys.readouterr().err
+
+
+def test_check_refuses_an_empty_shard(capsys: pytest.CaptureFixture[str]) -> None:
+    fixed = [arg for axis in SPACE.axes for arg in ("--set", f"{axis.name}={axis.default}")]
+    assert main(["check", *fixed, "--shard", "2/2"]) == 2
+    assert "shard 2/2 of 1 combinations is empty" in capsys.readouterr().err
+
+
+def test_check_on_cuda_without_a_gpu_stops_before_rendering(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "visible_gpus", lambda: 0)
+    assert main(["check", "--pairwise", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "torch sees 0" in err
+
+
+@pytest.mark.parametrize("args", [["--jobs", "0"], ["--steps", "-1"], ["--device", "tpu"]])
+def test_check_options_are_validated_by_argparse(args: list[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["check", "--pairwise", *args])
+    assert exit_.value.code == 2

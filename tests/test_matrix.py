@@ -1,15 +1,24 @@
-"""Every combination of choices renders into a project that reads as if written by hand."""
+"""Every combination of choices renders into a project that reads as if written by hand; the
+pairwise set covers every pair of choices, and shards split any selection exactly."""
 
 from __future__ import annotations
 
+import itertools
+import os
+import subprocess
+import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from helpers import reproduce
 
-from generator.answers import Answers, load_space
+from generator import REPO_ROOT
+from generator.answers import AnswerError, Answers, AnswerSpace, Axis, load_space
 from generator.checks import CHOICE_MARKERS, static_problems
+from generator.pairwise import pairwise
 from generator.render import render
+from generator.selection import Shard, select
 
 SPACE = load_space()
 COMBINATIONS = SPACE.combinations()
@@ -28,3 +37,110 @@ def test_choice_markers_name_real_choices() -> None:
         assert question in axes, f"CHOICE_MARKERS: {question} is not a question with choices"
         stale = set(markers) - set(axes[question].choices)
         assert not stale, f"CHOICE_MARKERS[{question!r}]: {stale} are not choices"
+
+
+# --- pairwise and shards: what `matrix` and `check` select
+
+# Synthetic spaces, so the properties hold beyond today's copier.yml: the answer space once
+# every planned choice lands, one with a single-choice question, and a lone question.
+SYNTHETIC = {
+    "planned": (5, 2, 3, 2, 4, 4),
+    "even": (3, 3, 3, 3),
+    "single_choice": (4, 1, 3),
+    "one_question": (3,),
+}
+
+
+def synthetic_space(sizes: tuple[int, ...]) -> AnswerSpace:
+    axes = tuple(
+        Axis(f"q{i}", tuple(f"c{j}" for j in range(size)), f"c{size - 1}")
+        for i, size in enumerate(sizes)
+    )
+    return AnswerSpace(tuple(axis.name for axis in axes), axes)
+
+
+def missing_pairs(space: AnswerSpace, chosen: list[Answers]) -> list[str]:
+    """Choices, alone and in twos across questions, that no chosen combination holds."""
+    missing = [
+        f"{a.name}={x}"
+        for a in space.axes
+        for x in a.choices
+        if not any(c[a.name] == x for c in chosen)
+    ]
+    for a, b in itertools.combinations(space.axes, 2):
+        for x, y in itertools.product(a.choices, b.choices):
+            if not any(c[a.name] == x and c[b.name] == y for c in chosen):
+                missing.append(f"{a.name}={x} with {b.name}={y}")
+    return missing
+
+
+@pytest.mark.parametrize(
+    "space", [SPACE, *map(synthetic_space, SYNTHETIC.values())], ids=["copier.yml", *SYNTHETIC]
+)
+def test_pairwise_covers_every_pair(space: AnswerSpace) -> None:
+    chosen = pairwise(space)
+    assert not missing_pairs(space, chosen)
+    assert chosen[0] == space.defaults()
+    assert all(combo in space.combinations() for combo in chosen)
+    assert len({space.slug(c) for c in chosen}) == len(chosen), "a combination twice"
+
+
+def test_pairwise_is_much_smaller_than_the_matrix() -> None:
+    space = synthetic_space(SYNTHETIC["planned"])
+    # The lower bound is 5 x 4 = 20 (every task meets every exporter); greedy stays close.
+    assert 20 <= len(pairwise(space)) <= 30 < len(space.combinations()) == 960
+
+
+def test_pairwise_with_fixed_answers_covers_the_rest() -> None:
+    space = synthetic_space(SYNTHETIC["planned"])
+    _, chosen = select(space, ["q1=c0", "q4=c2"], pairwise_only=True)
+    assert all(c["q1"] == "c0" and c["q4"] == "c2" for c in chosen)
+    rest = AnswerSpace(space.questions, tuple(a for a in space.axes if a.name not in ("q1", "q4")))
+    assert not missing_pairs(rest, chosen)
+
+
+def test_pairwise_does_not_depend_on_hash_seeds() -> None:
+    """Sets of strings iterate in a per-process order; the cover must not follow it."""
+    outputs = [
+        subprocess.run(
+            [sys.executable, "-m", "generator", "matrix", "--pairwise"],
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout
+        for seed in ("1", "2")
+    ]
+    assert outputs[0] == outputs[1]
+    assert outputs[0].splitlines() == [SPACE.slug(c) for c in pairwise(SPACE)]
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 7, 200])
+@pytest.mark.parametrize("pairwise_only", [False, True], ids=["all", "pairwise"])
+def test_shards_cover_the_selection_exactly_once(count: int, pairwise_only: bool) -> None:
+    _, selection = select(SPACE, pairwise_only=pairwise_only)
+    shards = [
+        select(SPACE, pairwise_only=pairwise_only, shard=Shard(i, count))[1]
+        for i in range(1, count + 1)
+    ]
+    slugs = Counter(SPACE.slug(c) for shard in shards for c in shard)
+    assert slugs == Counter(SPACE.slug(c) for c in selection)
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1, "shards should be balanced"
+
+
+@pytest.mark.parametrize("text", ["0/4", "5/4", "1/0", "a/b", "2", "1/2/3", "-1/2", " /3", "1.0/2"])
+def test_bad_shard_says_what_is_valid(text: str) -> None:
+    with pytest.raises(AnswerError, match=r"expected I/N with whole numbers 1 <= I <= N") as error:
+        Shard.parse(text)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("count", [2, 4, 8])
+def test_every_shard_gets_every_choice(count: int) -> None:
+    """Dealt in matrix order, 4 shards would each get a single tracker (it has 4 choices)."""
+    for index in range(1, count + 1):
+        _, shard = select(SPACE, shard=Shard(index, count))
+        for axis in SPACE.axes:
+            assert {c[axis.name] for c in shard} == set(axis.choices), (index, axis.name)

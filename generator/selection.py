@@ -1,0 +1,77 @@
+"""Which combinations a command works on: all or pairwise, narrowed by --set, split by --shard.
+
+`matrix` and `check` select through here, so a shard listed by one is the shard run by the other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from generator.answers import Answer, AnswerError, Answers, AnswerSpace
+from generator.pairwise import pairwise
+
+T = TypeVar("T")
+
+_SHARD = re.compile(r"^(\d+)/(\d+)$")
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard `index` of `count` (1-based) of a list of combinations.
+
+    The combinations are dealt to the shards like cards, in an order shuffled by a hash of
+    their slugs: dealing in matrix order would give every shard the same choice of the last
+    question whenever `count` shares a factor with its number of choices (4 shards of a
+    matrix whose last question has 4 choices: one tracker each), and slow choices would pile
+    up in one shard. The hash is of the slug, so the split is the same on every machine.
+    """
+
+    index: int = 1
+    count: int = 1
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        """`I/N` with 1 <= I <= N; AnswerError (one line) saying what is valid otherwise."""
+        match = _SHARD.match(text.strip())
+        if match:
+            index, count = int(match[1]), int(match[2])
+            if 1 <= index <= count:
+                return cls(index, count)
+        raise AnswerError(
+            f"--shard {text!r}: expected I/N with whole numbers 1 <= I <= N, e.g. 1/4 ... 4/4"
+        )
+
+    def take(self, items: Sequence[T], key: Callable[[T], str]) -> list[T]:
+        """This shard's items, in their original order; `key` names an item (its slug)."""
+        dealt = sorted(
+            range(len(items)), key=lambda i: hashlib.sha256(key(items[i]).encode()).digest()
+        )
+        return [items[i] for i in sorted(dealt[self.index - 1 :: self.count])]
+
+
+def select(
+    space: AnswerSpace,
+    sets: Sequence[str] = (),
+    *,
+    pairwise_only: bool = False,
+    shard: Shard = Shard(),
+) -> tuple[Answers, list[Answers]]:
+    """The `--set` answers (free text included) and the combinations they leave, in order.
+
+    `--set` fixes questions; every combination of the others is selected, or a pairwise
+    cover of them. The shard is taken last, so the N shards of any selection partition it.
+    """
+    fixed = space.parse_sets(sets)
+    chosen = matching(space.combinations(), fixed)
+    if pairwise_only:
+        chosen = pairwise(space, chosen)
+    return fixed, shard.take(chosen, space.slug)
+
+
+def matching(combinations: Sequence[Answers], fixed: Mapping[str, Answer]) -> list[Answers]:
+    """The combinations that agree with every fixed answer to a question with choices."""
+    return [c for c in combinations if all(c[k] == v for k, v in fixed.items() if k in c)]

@@ -1,0 +1,199 @@
+"""`generator.check`: the stages find what is broken, and the report says where and why."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from generator import check
+from generator.answers import Answers, load_space
+from generator.check import Options, Result, Stage, check_all, check_combination
+from generator.cli import main
+from generator.report import as_markdown, reproduce, write_report
+
+SPACE = load_space()
+DEFAULTS = SPACE.defaults()
+FAST_STAGES = ["render", "lint", "train", "resume"]
+META = {"command": "python -m generator check --pairwise", "device": "cpu", "jobs": 2}
+
+
+def options(tmp_path: Path, **changes) -> Options:
+    return Options(tmp_path / "cache", **changes)
+
+
+def all_fixed(answers: Answers) -> list[str]:
+    """`--set` arguments that select exactly this combination."""
+    return [arg for name, value in answers.items() for arg in ("--set", f"{name}={value}")]
+
+
+# --- launching and notes
+
+
+def test_one_process_runs_the_module_directly() -> None:
+    assert check.launch_command(DEFAULTS) == [sys.executable, "-m"]
+
+
+def test_multi_launches_two_processes() -> None:
+    multi = DEFAULTS | {"distributed": "multi"}
+    command = check.launch_command(multi)
+    assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert command[-1] == "-m"
+    assert command[command.index("--nproc_per_node") + 1] == "2"
+    assert "--standalone" in command  # a free port each, so parallel launches never collide
+
+
+def test_cpu_runs_say_what_they_stand_in_for() -> None:
+    fp16_multi = DEFAULTS | {"mixed_precision": "fp16", "distributed": "multi"}
+    notes = check.cpu_notes(fp16_multi, "cpu")
+    assert "fp16 ran as fp32 on cpu: no GradScaler" in notes
+    assert any("gloo" in note for note in notes)
+    assert check.cpu_notes(fp16_multi, "cuda") == []
+    assert check.cpu_notes(DEFAULTS | {"mixed_precision": "bf16"}, "cpu") == []
+
+
+def test_cpu_runs_hide_the_gpus_and_share_one_compile_cache(tmp_path: Path) -> None:
+    env = check.project_env(DEFAULTS, options(tmp_path, jobs=2))
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["TORCHINDUCTOR_CACHE_DIR"].startswith(str((tmp_path / "cache").resolve()))
+    cuda_env = check.project_env(DEFAULTS, options(tmp_path, device="cuda"))
+    assert cuda_env.get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_an_empty_run_folder_lists_everything_missing(tmp_path: Path) -> None:
+    problems = check.run_folder_problems(tmp_path, DEFAULTS, "cpu")
+    for name in ("summary.json", "metrics.jsonl", "run.json", "checkpoints/", "model/"):
+        assert any(problem.startswith(name) for problem in problems), name
+
+
+# --- running many: order, folders, report
+
+
+def test_check_all_keeps_order_starts_the_sample_first_and_keeps_failures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    combos = SPACE.combinations()[:5]
+    started: list[str] = []
+    lock = threading.Lock()
+
+    def fake(space, answers, folder, opts, *, project_tests):
+        folder.mkdir(parents=True)
+        with lock:
+            started.append(space.slug(answers))
+        failing = answers == combos[3]
+        stage = Stage("train", "fail" if failing else "pass", 0.1)
+        return Result(space.slug(answers), answers, [stage], log_tail="boom" if failing else "")
+
+    monkeypatch.setattr(check, "check_combination", fake)
+    results = check_all(SPACE, combos, [combos[4]], tmp_path, options(tmp_path, jobs=1))
+    assert [r.slug for r in results] == [SPACE.slug(c) for c in combos]
+    assert started[0] == SPACE.slug(combos[4])
+    assert [p.name for p in tmp_path.iterdir() if p.name != "cache"] == [
+        f"0004-{SPACE.slug(combos[3])}"
+    ]
+
+
+def test_reproduce_selects_exactly_that_combination() -> None:
+    answers = SPACE.combinations()[-1]
+    command = shlex.split(reproduce(answers, "cpu"))
+    sets = [command[i + 1] for i, arg in enumerate(command) if arg == "--set"]
+    assert SPACE.parse_sets(sets) == answers
+    assert command[:5] == ["python", "-m", "generator", "check", "--device"]
+
+
+def test_report_has_a_row_per_combination_and_each_failure_in_full(tmp_path: Path) -> None:
+    passed = Result("a-pass", DEFAULTS, [Stage("render", "pass", 1.0)], ["a note"])
+    failed = Result(
+        "b-fail", DEFAULTS, [Stage("render", "pass", 1), Stage("lint", "fail", 2)], [], "ruff!"
+    )
+    markdown = write_report(tmp_path / "report", [passed, failed], META | {"wall_s": 75})
+    text = markdown.read_text(encoding="utf-8")
+    assert "| `a-pass` | pass |  | 1.0 | render | a note |" in text
+    assert "| `b-fail` | **FAIL** | lint | 3.0 | render lint |  |" in text
+    assert "1 min 15 s" in text
+    assert "## `b-fail`: lint failed" in text and "ruff!" in text
+    report = json.loads((tmp_path / "report" / "report.json").read_text(encoding="utf-8"))
+    assert (report["passed"], report["failed"]) == (1, 1)
+    row = report["results"][1]
+    assert row["failed_stage"] == "lint" and row["log_tail"] == "ruff!"
+    assert row["stages"] == [
+        {"name": "render", "status": "pass", "seconds": 1},
+        {"name": "lint", "status": "fail", "seconds": 2},
+    ]
+    assert as_markdown([passed], META | {"wall_s": 5}).count("\n## ") == 0
+
+
+# --- real renders: the stages fail where the project is broken
+
+
+def test_lint_fails_on_a_render_with_trailing_whitespace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_render = check.render
+
+    def sloppy_render(answers, dest):
+        project = real_render(answers, dest)
+        with (project / "README.md").open("a", encoding="utf-8") as readme:
+            readme.write("trailing  \n")
+        return project
+
+    monkeypatch.setattr(check, "render", sloppy_render)
+    result = check_combination(
+        SPACE, DEFAULTS, tmp_path / "c", options(tmp_path), project_tests=False
+    )
+    assert [s.name for s in result.stages] == ["render", "lint"]
+    assert result.failed_stage == "lint" and "trailing whitespace" in result.log_tail
+
+
+def test_a_launch_that_fails_fails_the_train_stage_with_its_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing = [sys.executable, "-c", "import sys; print('no rendezvous'); sys.exit(3)"]
+    monkeypatch.setattr(check, "launch_command", lambda answers: failing)
+    report = tmp_path / "report"
+    code = main(["check", *all_fixed(DEFAULTS), "--project-tests", "none", "--report", str(report)])
+    assert code == 1
+    row = json.loads((report / "report.json").read_text(encoding="utf-8"))["results"][0]
+    assert row["failed_stage"] == "train"
+    assert "exited 3" in row["log_tail"] and "no rendezvous" in row["log_tail"]
+    assert "**FAIL**" in (report / "report.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_default_combination_passes_every_stage(tmp_path: Path) -> None:
+    result = check_combination(
+        SPACE, DEFAULTS, tmp_path / "c", options(tmp_path), project_tests=False
+    )
+    assert result.ok, result.log_tail
+    assert [s.name for s in result.stages] == FAST_STAGES
+    summary = json.loads((tmp_path / "c" / "out" / "summary.json").read_text(encoding="utf-8"))
+    assert summary["steps"] == 4 + 2
+
+
+# Runs `python -m MODULE ARGS` adding `--resume none` to the resume stage's run (the one that
+# passes --max_steps), as a trainer that ignored its checkpoints would behave.
+RESTARTING = """\
+import runpy, sys
+module, args = sys.argv[1], sys.argv[2:]
+sys.argv = [module, *args, *(["--resume", "none"] if "--max_steps" in args else [])]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_run_that_starts_over_fails_the_resume_stage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wrapper = tmp_path / "restarting.py"
+    wrapper.write_text(RESTARTING, encoding="utf-8")
+    monkeypatch.setattr(check, "launch_command", lambda answers: [sys.executable, str(wrapper)])
+    result = check_combination(
+        SPACE, DEFAULTS, tmp_path / "c", options(tmp_path), project_tests=False
+    )
+    assert result.failed_stage == "resume", result.log_tail
+    assert "did not resume" in result.log_tail
