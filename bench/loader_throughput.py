@@ -38,13 +38,11 @@ def epoch_seconds(batches: Iterable) -> float:
 
 
 def in_memory(project_modules, samples: int, repeats: int) -> dict:
-    data_module = project_modules["data"]
+    loaders = project_modules["loaders"]
     inputs = torch.randn(samples, 1, 8, 8)
     targets = torch.randint(0, 10, (samples,))
-    sampler = data_module.EpochBatchSampler(samples, BATCH, shuffle=True, drop_last=True, seed=0)
-    ours = data_module.InMemoryLoader(
-        data_module.TensorData(inputs, targets), sampler, torch.device("cpu")
-    )
+    sampler = loaders.EpochBatchSampler(samples, BATCH, shuffle=True, drop_last=True, seed=0)
+    ours = loaders.InMemoryLoader(loaders.TensorData(inputs, targets), sampler, torch.device("cpu"))
     default = torch.utils.data.DataLoader(
         torch.utils.data.TensorDataset(inputs, targets),
         batch_size=BATCH,
@@ -82,8 +80,7 @@ def decode_heavy_folder(root: Path, images: int, size: int = 160) -> Path:
 
 def auto_workers(project_modules, images: int, workers: list[int], batch: int, steps: int) -> dict:
     tune = project_modules["tune"]
-    data_module = project_modules["data"]
-    auto = data_module.resolve_num_workers("auto")
+    auto = project_modules["loaders"].resolve_num_workers("auto")
     with tempfile.TemporaryDirectory() as tmp:
         root = decode_heavy_folder(Path(tmp, "images"), images)
         fields = ["--data_dir", str(root), "--image_size", "32", "--image_channels", "3"]
@@ -117,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         package = package_of(project)
         modules = {
             name: __import__(f"{package}.{name}", fromlist=[name])
-            for name in ("config", "data", "tune")
+            for name in ("config", "loaders", "tune")
         }
         threads = torch.get_num_threads()
         torch.set_num_threads(1)

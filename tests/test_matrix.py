@@ -17,16 +17,22 @@ from generator import REPO_ROOT
 from generator.answers import AnswerError, Answers, AnswerSpace, Axis, load_space
 from generator.checks import CHOICE_MARKERS, static_problems
 from generator.pairwise import pairwise
-from generator.render import render
+from generator.render import render, template_snapshot
 from generator.selection import Shard, select
 
 SPACE = load_space()
 COMBINATIONS = SPACE.combinations()
 
 
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The working tree's template, committed once: each render then clones only that."""
+    return template_snapshot(tmp_path_factory.mktemp("template") / "snapshot")
+
+
 @pytest.mark.parametrize("answers", COMBINATIONS, ids=[SPACE.slug(c) for c in COMBINATIONS])
-def test_combination_is_clean(tmp_path: Path, answers: Answers) -> None:
-    project = render(answers, tmp_path / "project")
+def test_combination_is_clean(tmp_path: Path, answers: Answers, snapshot: Path) -> None:
+    project = render(answers, tmp_path / "project", template=snapshot)
     problems = static_problems(project, answers)
     assert not problems, "\n".join([reproduce(answers), *problems])
 
