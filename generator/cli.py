@@ -1,4 +1,4 @@
-"""Command line: `python -m generator {matrix,render,check} ...`.
+"""Command line: `python -m generator {matrix,render,check,references} ...`.
 
 Exit codes: 0 done, 1 a checked combination failed, 2 bad usage or answers (one line on
 stderr, like argparse).
@@ -18,6 +18,7 @@ from pathlib import Path
 
 from copier.errors import CopierError
 
+from generator import references
 from generator.answers import AnswerError, Answers, load_space
 from generator.check import Options, Result, check_all, processes, visible_gpus
 from generator.cover import covering
@@ -89,7 +90,57 @@ def get_parser() -> argparse.ArgumentParser:
         help="renders, runs and the compile cache; kept, failures included (default: a "
         "temporary folder, removed at the end)",
     )
+    _add_references(commands)
     return parser
+
+
+def _add_references(commands: argparse._SubParsersAction) -> None:
+    refs = commands.add_parser(
+        "references",
+        help="sync or check reference_projects/, the rendered projects kept as worked examples",
+        description=(
+            "reference_projects/ holds one rendered project per task type and a fully loaded "
+            "one, each with the results of its default run. sync renders and trains them; "
+            "check fails when a committed file differs from a fresh render."
+        ),
+    )
+    actions = refs.add_subparsers(dest="action", required=True)
+    sync = actions.add_parser(
+        "sync",
+        help="render each project, train its default run on the CPU, write RESULTS.md, "
+        "results/ and the index",
+    )
+    check = actions.add_parser(
+        "check",
+        help="render each project into a temporary folder; exit 1 listing the files that "
+        "differ from the committed ones (the results excepted)",
+    )
+    test = actions.add_parser("test", help="run each committed project's own tests")
+    for action in (sync, check, test):
+        action.add_argument(
+            "--only",
+            nargs="+",
+            action="extend",
+            metavar="NAME",
+            help="only these projects (default: every one)",
+        )
+        action.add_argument(
+            "--root",
+            type=Path,
+            default=references.REFERENCES_DIR,
+            metavar="DIR",
+            help="the folder of reference projects (default: reference_projects/)",
+        )
+    sync.add_argument(
+        "--jobs",
+        type=_positive,
+        default=1,
+        metavar="J",
+        help="projects trained at once (default 1)",
+    )
+    test.add_argument(
+        "--jobs", type=_positive, default=1, metavar="J", help="pytest workers (pytest -n J)"
+    )
 
 
 def _add_selection(parser: argparse.ArgumentParser, every: str) -> None:
@@ -137,10 +188,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _matrix(args)
         if args.command == "check":
             return _check(args, sys.argv[1:] if argv is None else list(argv))
+        if args.command == "references":
+            return _references(args)
         return _render(args.dest, args.sets)
     except (ValueError, CopierError) as error:  # copier reports a failed validator as ValueError
         message = " ".join(str(error).split())  # copier's messages may span lines
-        print(f"python -m generator {args.command}: error: {message}", file=sys.stderr)
+        command = " ".join(filter(None, [args.command, getattr(args, "action", None)]))
+        print(f"python -m generator {command}: error: {message}", file=sys.stderr)
         return 2
 
 
@@ -209,6 +263,56 @@ def _check(args: argparse.Namespace, argv: Sequence[str]) -> int:
         }
         print(f"report: {write_report(args.report, results, meta)}")
     return 1 if failed else 0
+
+
+def _references(args: argparse.Namespace) -> int:
+    references.select(args.only)  # a bad name fails before anything is rendered or run
+    if args.action == "check":
+        return _references_check(args.root, args.only)
+    if args.action == "test":
+        return _references_test(args.root, args.only, args.jobs)
+    return _references_sync(args.root, args.only, args.jobs)
+
+
+def _references_check(root: Path, only: Sequence[str] | None) -> int:
+    start = time.perf_counter()
+    problems = references.check(root, only)
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(
+            f"{len(problems)} file(s) of {root} differ from what the template renders; "
+            "run `python -m generator references sync`"
+        )
+        return 1
+    print(f"{root}: in sync with the template ({time.perf_counter() - start:.1f} s)")
+    return 0
+
+
+def _references_sync(root: Path, only: Sequence[str] | None, jobs: int) -> int:
+    def show(trained: references.Trained) -> None:
+        status = "pass" if trained.ok else "FAIL"
+        print(f"{status:<5} {trained.ref.name}: {trained.message}", flush=True)
+
+    start = time.perf_counter()
+    done = references.sync(root, only, jobs, show)
+    failed = [trained for trained in done if not trained.ok]
+    print(
+        f"synced {len(done) - len(failed)} of {len(done)} reference projects into {root} "
+        f"in {time.perf_counter() - start:.0f} s"
+    )
+    return 1 if failed else 0
+
+
+def _references_test(root: Path, only: Sequence[str] | None, jobs: int) -> int:
+    def show(tested: references.Tested) -> None:
+        ref, ok, seconds, log_tail = tested
+        print(f"{'pass' if ok else 'FAIL':<5} {ref.name} {seconds:.0f} s", flush=True)
+        if not ok:
+            print(log_tail, flush=True)
+
+    results = references.run_project_tests(root, only, jobs, show)
+    return 0 if all(ok for _, ok, _, _ in results) else 1
 
 
 def _progress(combinations: Sequence[Answers]) -> Callable[[int, Result], None]:

@@ -1,0 +1,1 @@
+"""A PyTorch training project."""

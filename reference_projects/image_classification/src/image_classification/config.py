@@ -1,0 +1,187 @@
+"""Training configuration: every default lives in TrainConfig, and nowhere else.
+
+    python -m image_classification.train --config configs/quick.yaml --lr 3e-3
+
+Values resolve in order: TrainConfig defaults < `--config FILE` (YAML) < `--field value`.
+A bad field (unknown name, wrong type, out of range) exits with one line naming it.
+"""
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration value that was not accepted; the message names the field."""
+
+
+@dataclass
+class TrainConfig:
+    # --- run
+    output_dir: str = "outputs/run"  # config, metrics, checkpoints and model/ go here
+    seed: int = 0  # seeds weights, dropout and data order; the validation split is fixed
+    resume: str = "auto"  # auto: newest checkpoint in output_dir | none | PATH to a file
+    cpu: bool = False  # force the CPU even when a GPU is present
+    deterministic: bool = False  # bit-exact GPU runs, at a speed cost (see utils/seed.py)
+    # --- data
+    data_dir: str | None = None  # None: embedded digits; else one folder of images per class
+    val_fraction: float = 0.2  # share of the data held out for validation, in (0, 1)
+    image_size: int = 8  # side in pixels that every image is resized to (digits are 8x8)
+    image_channels: int = 1  # 1 = grayscale, 3 = RGB
+    num_workers: int | str = "auto"  # loader processes for data_dir images; auto: by CPU count
+    # --- model
+    width: int = 32  # channels of the first stage; each later stage doubles it
+    dropout: float = 0.1  # before the classifier, in [0, 1)
+    # --- optimisation
+    epochs: int = 30  # passes over the training data
+    max_steps: int = 0  # stop after this many optimizer steps; 0: run all epochs
+    batch_size: int = 64  # samples per micro-batch on each device
+    grad_accum_steps: int = 1  # micro-batches per optimizer step
+    lr: float = 3e-3  # peak learning rate, reached after warmup
+    weight_decay: float = 0.05  # AdamW decay, on weights only (not biases or norms)
+    beta2: float = 0.999  # AdamW's decay of squared-gradient averages, in [0, 1)
+    warmup_steps: int = 50  # linear warmup in optimizer steps, then cosine decay to 0
+    max_grad_norm: float = 1.0  # clip the global gradient norm to this; inf: never clip
+    # --- evaluation, logging, checkpoints (intervals in optimizer steps)
+    eval_every: int = 0  # 0: at the end of every epoch
+    log_every: int = 20
+    checkpoint_every: int = 0  # 0: at the end of every epoch
+    keep_checkpoints: int = 2  # newest checkpoints kept, besides the best one
+    # --- debugging
+    fast_dev_run: bool = False  # a few steps of train, eval and checkpoint to test the wiring
+    overfit_batches: int = 0  # > 0: train on this many batches only, to check the model can fit
+    detect_anomaly: bool = False  # autograd anomaly detection (about 10x slower)
+    profile: bool = False  # write a profiler trace of a few steps to output_dir/profile
+
+
+# Checked after parsing: field -> (test, what is allowed).
+_RULES: dict[str, tuple[typing.Callable[[typing.Any], bool], str]] = {
+    "seed": (lambda v: 0 <= v < 2**32, "an integer in [0, 2**32)"),
+    "val_fraction": (lambda v: 0 < v < 1, "a number in (0, 1)"),
+    "num_workers": (lambda v: v == "auto" or v >= 0, "'auto' or an integer >= 0"),
+    "width": (lambda v: v >= 1, "an integer >= 1"),
+    "dropout": (lambda v: 0 <= v < 1, "a number in [0, 1)"),
+    "beta2": (lambda v: 0 <= v < 1, "a number in [0, 1)"),
+    "image_size": (lambda v: 4 <= v <= 1024, "an integer in [4, 1024]"),
+    "image_channels": (lambda v: v in (1, 3), "1 (grayscale) or 3 (RGB)"),
+    "epochs": (lambda v: v >= 1, "an integer >= 1"),
+    "max_steps": (lambda v: v >= 0, "an integer >= 0 (0: run all epochs)"),
+    "batch_size": (lambda v: v >= 1, "an integer >= 1"),
+    "grad_accum_steps": (lambda v: v >= 1, "an integer >= 1"),
+    "lr": (lambda v: 0 < v < math.inf, "a number > 0"),
+    "weight_decay": (lambda v: 0 <= v < math.inf, "a number >= 0"),
+    "warmup_steps": (lambda v: v >= 0, "an integer >= 0"),
+    "max_grad_norm": (lambda v: v > 0, "a number > 0 (inf: never clip)"),
+    "eval_every": (lambda v: v >= 0, "an integer >= 0 (0: every epoch)"),
+    "log_every": (lambda v: v >= 1, "an integer >= 1"),
+    "checkpoint_every": (lambda v: v >= 0, "an integer >= 0 (0: every epoch)"),
+    "keep_checkpoints": (lambda v: v >= 1, "an integer >= 1"),
+    "overfit_batches": (lambda v: v >= 0, "an integer >= 0"),
+}
+
+_TRUE = {"true", "yes", "1", "on"}
+_FALSE = {"false", "no", "0", "off"}
+
+
+def load_config(argv: list[str] | None = None) -> TrainConfig:
+    """Parse `[--config FILE] [--field value | --field=value | --flag] ...` into a TrainConfig."""
+    overrides = _parse_argv(list(argv or []))
+    values: dict[str, typing.Any] = {}
+    config_file = overrides.pop("config", None)
+    if config_file is not None:
+        values.update(_read_yaml(config_file))
+    values.update(overrides)
+
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    resolved = {}
+    for name, raw in values.items():
+        if name not in fields:
+            close = difflib.get_close_matches(name, fields, n=1)
+            hint = f"; did you mean --{close[0]}?" if close else "; see config.py for the fields"
+            raise ConfigError(f"unknown field --{name}{hint}")
+        resolved[name] = _coerce(name, raw, fields[name].type)
+    cfg = TrainConfig(**resolved)
+    _validate(cfg)
+    return cfg
+
+
+def apply_fast_dev_run(cfg: TrainConfig) -> TrainConfig:
+    """A few steps of everything: train, evaluate, checkpoint. Proves the wiring in seconds."""
+    return dataclasses.replace(
+        cfg, epochs=1, max_steps=4, eval_every=2, log_every=1, checkpoint_every=2
+    )
+
+
+def save_config(cfg: TrainConfig, path: Path) -> None:
+    path.write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+
+
+def _parse_argv(argv: list[str]) -> dict[str, typing.Any]:
+    overrides: dict[str, typing.Any] = {}
+    while argv:
+        token = argv.pop(0)
+        if not token.startswith("--") or token == "--":
+            raise ConfigError(f"unexpected argument '{token}'; expected --field value")
+        name, _, value = token[2:].partition("=")
+        name = name.replace("-", "_")
+        if not _:
+            # `--flag` alone means true; `--field value` takes the next token.
+            value = argv.pop(0) if argv and not argv[0].startswith("--") else "true"
+        overrides[name] = value
+    return overrides
+
+
+def _read_yaml(path: str) -> dict[str, typing.Any]:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as error:
+        reason = getattr(error, "strerror", None) or type(error).__name__
+        raise ConfigError(f"--config {path}: cannot read it ({reason})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path}: expected a mapping of field: value")
+    return data
+
+
+def _coerce(name: str, raw: typing.Any, annotation: typing.Any) -> typing.Any:
+    """Turn a CLI string or YAML value into the field's type, or raise naming the field."""
+    options = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else ()
+    if type(None) in options and (raw is None or str(raw).lower() in ("none", "null")):
+        return None
+    if name == "num_workers" and str(raw) == "auto":
+        return "auto"
+    kind = next((t for t in options if t is not type(None)), annotation)
+    text = str(raw).strip().lower()
+    if kind is bool:
+        if isinstance(raw, bool) or text in _TRUE | _FALSE:
+            return raw if isinstance(raw, bool) else text in _TRUE
+        raise ConfigError(f"--{name}: got '{raw}', expected true or false")
+    if kind is int:
+        if isinstance(raw, bool) or not (isinstance(raw, int) or text.lstrip("-").isdigit()):
+            allowed = _RULES.get(name, (None, "an integer"))[1]
+            raise ConfigError(f"--{name}: got '{raw}', expected {allowed}")
+        return int(raw)
+    if kind is float:
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            value = math.nan
+        if isinstance(raw, bool) or math.isnan(value):
+            allowed = _RULES.get(name, (None, "a number"))[1]
+            raise ConfigError(f"--{name}: got '{raw}', expected {allowed}")
+        return value
+    return str(raw)
+
+
+def _validate(cfg: TrainConfig) -> None:
+    for name, (test, allowed) in _RULES.items():
+        value = getattr(cfg, name)
+        if not test(value):
+            raise ConfigError(f"--{name}: got {value!r}, expected {allowed}")
+    if cfg.data_dir is not None and not Path(cfg.data_dir).is_dir():
+        raise ConfigError(f"--data_dir: '{cfg.data_dir}' is not a directory")

@@ -1,0 +1,149 @@
+"""What every task's data shares: the datasets record, batch order, and the loaders.
+
+A task's data.py builds `Datasets` (its train and validation splits, the preprocessing saved
+with the model, and the targets its baseline needs); `build_loaders` turns them into batches
+the same way for every task, so the training loop never depends on the task.
+"""
+
+import hashlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from .config import ConfigError, TrainConfig
+from .utils.seed import seed_worker
+
+# The validation split is part of the dataset's definition: it does not move with --seed,
+# so metrics of runs with different seeds are measured on the same samples.
+SPLIT_SEED = 0
+
+
+@dataclass
+class TensorData:
+    """A dataset that fits in memory as two tensors (inputs, targets)."""
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+
+@dataclass
+class Datasets:
+    train: Dataset | TensorData
+    val: Dataset | TensorData
+    preprocess: Any  # the task's Preprocess: saved to model/preprocess.json, shapes the model
+    train_targets: torch.Tensor  # targets of each split, for the trivial baseline
+    val_targets: torch.Tensor
+    fingerprint: str  # identifies the exact data and split, recorded in run.json
+    collate_fn: Callable | None = None  # joins samples of a Dataset into a batch (None: stack)
+
+
+def fingerprint(content: bytes, train_idx: np.ndarray, val_idx: np.ndarray) -> str:
+    """A short hash of the data and of which samples went to which split."""
+    digest = hashlib.sha256(content)
+    digest.update(train_idx.tobytes())
+    digest.update(val_idx.tobytes())
+    return digest.hexdigest()[:16]
+
+
+class EpochBatchSampler:
+    """Batches of indices in an order fixed by (seed, epoch), resumable at any batch.
+
+    Each epoch draws its own permutation from `seed + epoch`, so epoch e has the same order
+    in every run with this seed, and a run resumed at (epoch, batch) sees exactly the
+    batches the uninterrupted run would have seen next.
+    """
+
+    def __init__(self, size: int, batch_size: int, shuffle: bool, drop_last: bool, seed: int):
+        self.size, self.batch_size = size, batch_size
+        self.shuffle, self.drop_last, self.seed = shuffle, drop_last, seed
+        self.epoch, self.start_batch = 0, 0
+
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        self.epoch, self.start_batch = epoch, start_batch
+
+    def __len__(self) -> int:
+        full, rest = divmod(self.size, self.batch_size)
+        return full if self.drop_last or rest == 0 else full + 1
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed + self.epoch)
+            order = torch.randperm(self.size, generator=generator)
+        else:
+            order = torch.arange(self.size)
+        for batch in range(self.start_batch, len(self)):
+            yield order[batch * self.batch_size : (batch + 1) * self.batch_size]
+
+
+class InMemoryLoader:
+    """Indexes whole batches out of device-resident tensors: no per-sample work, no collate.
+
+    The embedded dataset is a few hundred KB, so it lives on the training device and a step
+    copies nothing from the host.
+    """
+
+    def __init__(self, data: TensorData, batch_sampler: EpochBatchSampler, device: torch.device):
+        self.inputs = data.inputs.to(device)
+        self.targets = data.targets.to(device)
+        self.batch_sampler = batch_sampler
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for indices in self.batch_sampler:
+            indices = indices.to(self.inputs.device)
+            yield self.inputs[indices], self.targets[indices]
+
+
+def resolve_num_workers(num_workers: int | str) -> int:
+    """`auto`: half the CPUs this process may use, at most 4; past that workers only contend."""
+    if num_workers != "auto":
+        return int(num_workers)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return min(4, (cpus or 1) // 2)
+
+
+def build_loaders(
+    cfg: TrainConfig, datasets: Datasets, device: torch.device, generator: torch.Generator
+) -> tuple[InMemoryLoader | DataLoader, InMemoryLoader | DataLoader]:
+    """Training batches reshuffle every epoch and drop the ragged last batch (fixed shapes for
+    compile and BatchNorm); evaluation batches keep order and every sample, counted once."""
+    train_sampler = EpochBatchSampler(
+        len(datasets.train), cfg.batch_size, shuffle=True, drop_last=True, seed=cfg.seed
+    )
+    if len(train_sampler) == 0:
+        raise ConfigError(
+            f"--batch_size: got {cfg.batch_size}, but the training split has only "
+            f"{len(datasets.train)} samples; use a smaller batch"
+        )
+    val_sampler = EpochBatchSampler(
+        len(datasets.val), cfg.batch_size, shuffle=False, drop_last=False, seed=cfg.seed
+    )
+    if isinstance(datasets.train, TensorData):
+        return (
+            InMemoryLoader(datasets.train, train_sampler, device),
+            InMemoryLoader(datasets.val, val_sampler, device),
+        )
+    workers = resolve_num_workers(cfg.num_workers)
+    options = {
+        "num_workers": workers,
+        "pin_memory": device.type == "cuda",  # page-locked memory only helps host-to-GPU copies
+        "worker_init_fn": seed_worker,
+        "generator": generator,
+        "collate_fn": datasets.collate_fn,
+    }
+    if workers > 0:  # both are errors without worker processes
+        options |= {"persistent_workers": True, "prefetch_factor": 4}
+    return (
+        DataLoader(datasets.train, batch_sampler=train_sampler, **options),
+        DataLoader(datasets.val, batch_sampler=val_sampler, **options),
+    )

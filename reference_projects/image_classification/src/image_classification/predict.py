@@ -1,0 +1,49 @@
+"""Classify images with a trained model.
+
+    python -m image_classification.predict outputs/run/model path/to/image.png [more.png ...]
+
+Loads model/ as training wrote it: the weights, the config that shaped the network, and
+the preprocessing fitted on the training data, so inference sees what training saw.
+"""
+
+import sys
+from pathlib import Path
+
+import torch
+import yaml
+from PIL import Image
+from torch import nn
+
+from .checkpoint import load_weights
+from .config import TrainConfig
+from .data import Preprocess
+from .model import build_model
+
+
+def load_trained(model_dir: str | Path) -> tuple[nn.Module, Preprocess]:
+    """The trained model in eval mode on the CPU, and the preprocessing it was trained with."""
+    model_dir = Path(model_dir)
+    cfg = TrainConfig(**yaml.safe_load((model_dir / "config.yaml").read_text()))
+    preprocess = Preprocess.load(model_dir / "preprocess.json")
+    model = build_model(cfg, preprocess)
+    return load_weights(model, model_dir).eval(), preprocess
+
+
+@torch.inference_mode()
+def predict(model: nn.Module, preprocess: Preprocess, images: list[Image.Image]) -> list[str]:
+    batch = torch.stack([preprocess(image) for image in images])
+    return [preprocess.class_names[i] for i in model(batch).argmax(dim=1).tolist()]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 2:
+        raise SystemExit("usage: python -m image_classification.predict MODEL_DIR IMAGE [IMAGE ...]")
+    model, preprocess = load_trained(args[0])
+    images = [Image.open(path) for path in args[1:]]
+    for path, label in zip(args[1:], predict(model, preprocess, images), strict=True):
+        print(f"{path}\t{label}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Data: the embedded digits, your own image folders, one preprocessing for both."""
+
+import pytest
+import torch
+from PIL import Image
+
+from image_classification.config import ConfigError, load_config
+from image_classification.data import Preprocess, build_datasets
+from image_classification.loaders import build_loaders
+from image_classification.train import main
+from image_classification.tune import main as tune
+
+
+def test_digits_split_is_stratified_and_fixed(cfg):
+    first, again = build_datasets(cfg), build_datasets(load_config(["--seed", "7"]))
+    assert first.fingerprint == again.fingerprint  # the split does not move with --seed
+    assert len(first.train) + len(first.val) == 1797
+    val_share = torch.bincount(first.val_targets) / torch.bincount(first.train_targets)
+    assert torch.allclose(val_share, torch.full_like(val_share, 0.25), atol=0.03)
+
+
+def test_digits_are_normalised_with_training_statistics(cfg):
+    data = build_datasets(cfg)
+    assert abs(data.train.inputs.mean().item()) < 1e-3
+    assert abs(data.train.inputs.std().item() - 1.0) < 1e-2
+
+
+def test_an_empty_data_dir_argument_means_the_embedded_digits():
+    assert load_config(["--data_dir", "none"]).data_dir is None
+
+
+def test_preprocess_round_trips_through_json(tmp_path, cfg):
+    preprocess = build_datasets(cfg).preprocess
+    preprocess.save(tmp_path / "preprocess.json")
+    assert Preprocess.load(tmp_path / "preprocess.json") == preprocess
+
+
+def test_image_folder_uses_the_same_preprocessing(tmp_path, make_image_folder):
+    root = make_image_folder(tmp_path / "shapes")
+    cfg = load_config(["--data_dir", str(root), "--image_size", "16", "--image_channels", "3"])
+    data = build_datasets(cfg)
+    assert data.preprocess.class_names == ("circle", "square")
+    image, label = data.train[0]
+    assert image.shape == (3, 16, 16)
+    path = data.train.paths[0]
+    with Image.open(path) as decoded:
+        assert torch.equal(image, data.preprocess(decoded))
+
+
+def test_training_on_an_image_folder(tmp_path, make_image_folder):
+    root = make_image_folder(tmp_path / "shapes")
+    summary = main(
+        [
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--data_dir",
+            str(root),
+            "--image_size",
+            "16",
+            "--num_workers",
+            "0",
+            "--batch_size",
+            "8",
+            "--fast_dev_run",
+        ]
+    )
+    assert summary["steps"] == 2  # 19 training images make 2 full batches of 8
+
+
+def test_loader_workers_are_seeded_and_persistent(tmp_path, make_image_folder):
+    root = make_image_folder(tmp_path / "shapes")
+    fields = [
+        "--data_dir",
+        str(root),
+        "--image_size",
+        "16",
+        "--num_workers",
+        "2",
+        "--batch_size",
+        "8",
+    ]
+    cfg = load_config(fields)
+    train_loader, val_loader = build_loaders(
+        cfg, build_datasets(cfg), torch.device("cpu"), torch.Generator().manual_seed(0)
+    )
+    assert train_loader.num_workers == 2 and train_loader.persistent_workers
+    assert train_loader.pin_memory is False  # only a CUDA device benefits from pinned memory
+    assert train_loader.worker_init_fn is not None and train_loader.generator is not None
+    assert train_loader.batch_sampler.drop_last and not val_loader.batch_sampler.drop_last
+
+
+@pytest.mark.parametrize("layout", ["missing", "empty", "no_images", "one_class"])
+def test_unusable_data_dir_is_refused_before_training(tmp_path, make_image_folder, layout):
+    root = tmp_path / "data"
+    root.mkdir()
+    if layout == "missing":
+        root = root / "no-such-folder"
+    if layout == "no_images":
+        (root / "cats").mkdir()
+        (root / "cats" / "notes.txt").write_text("not an image")
+    if layout == "one_class":
+        make_image_folder(root / "x", classes=("only",))
+        root = root / "x"
+    with pytest.raises(ConfigError, match="--data_dir"):
+        build_datasets(load_config(["--data_dir", str(root)]))
+
+
+def test_tune_sweeps_workers_and_batch_sizes_on_an_image_folder(
+    tmp_path, make_image_folder, capsys
+):
+    root = make_image_folder(tmp_path / "shapes", per_class=20)
+    fields = ["--data_dir", str(root), "--image_size", "16", "--image_channels", "3"]
+    results = tune(["--workers", "0,1", "--batch_sizes", "4,8", "--steps", "3", *fields])
+    assert {(row["num_workers"], row["batch_size"]) for row in results} == {
+        (0, 4),
+        (1, 4),
+        (0, 8),
+        (1, 8),
+    }
+    assert all(row["samples_per_s"] > 0 for row in results)
+    assert "best: --num_workers" in capsys.readouterr().out
+
+
+def test_tune_sweeps_batch_size_only_on_the_in_memory_digits():
+    results = tune(["--workers", "0,2", "--batch_sizes", "16", "--steps", "2"])
+    assert [row["num_workers"] for row in results] == [0]

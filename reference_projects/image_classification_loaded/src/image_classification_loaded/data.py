@@ -1,0 +1,179 @@
+"""Data: scikit-learn's digits, or your own images in one folder per class.
+
+The embedded dataset is scikit-learn's copy of the UCI handwritten digits (1,797 grayscale
+8x8 images, 10 classes), installed with scikit-learn, so nothing is downloaded. With
+`--data_dir DIR`, DIR holds one sub-folder per class (DIR/cat/*.png, DIR/dog/*.jpg).
+Both go through the same `Preprocess`, which is saved with the model for inference.
+"""
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from torch.utils.data import Dataset
+
+from .config import ConfigError, TrainConfig
+from .loaders import SPLIT_SEED, Datasets, TensorData, fingerprint
+
+IMAGE_SUFFIXES = {".bmp", ".gif", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp"}
+# Images decoded to estimate the normalisation constants of a folder dataset.
+STATS_SAMPLE = 512
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """PIL image -> normalised float tensor (C, H, W): the one definition of preprocessing."""
+
+    image_size: int
+    image_channels: int
+    mean: tuple[float, ...] = (0.0,)
+    std: tuple[float, ...] = (1.0,)
+    class_names: tuple[str, ...] = ()
+
+    def __call__(self, image: Image.Image) -> torch.Tensor:
+        pixels = self.to_unit_range(image)
+        mean = torch.tensor(self.mean).view(-1, 1, 1)
+        std = torch.tensor(self.std).view(-1, 1, 1)
+        return (pixels - mean) / std
+
+    def to_unit_range(self, image: Image.Image) -> torch.Tensor:
+        image = image.convert("L" if self.image_channels == 1 else "RGB")
+        size = (self.image_size, self.image_size)
+        if image.size != size:
+            image = image.resize(size, Image.Resampling.BILINEAR)
+        array = np.asarray(image, dtype=np.float32) / 255.0  # (H, W) or (H, W, C)
+        return torch.from_numpy(array).reshape(*size, self.image_channels).permute(2, 0, 1)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> "Preprocess":
+        fields = json.loads(path.read_text())
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+
+
+class ImageFolderData(Dataset):
+    """Images decoded on demand (in loader workers), for datasets too large to preload."""
+
+    def __init__(self, paths: list[Path], targets: list[int], preprocess: Preprocess):
+        self.paths, self.targets, self.preprocess = paths, targets, preprocess
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        with Image.open(self.paths[index]) as image:
+            return self.preprocess(image), self.targets[index]
+
+
+def build_datasets(cfg: TrainConfig) -> Datasets:
+    datasets = _digits(cfg) if cfg.data_dir is None else _image_folder(cfg, Path(cfg.data_dir))
+    if cfg.overfit_batches:
+        datasets = _first_batches_only(datasets, cfg.overfit_batches * cfg.batch_size)
+    return datasets
+
+
+def _first_batches_only(datasets: Datasets, size: int) -> Datasets:
+    """Train and evaluate on the same few samples: a model that cannot fit them has a bug."""
+    if isinstance(datasets.train, TensorData):
+        subset = TensorData(datasets.train.inputs[:size], datasets.train.targets[:size])
+    else:
+        subset = ImageFolderData(
+            datasets.train.paths[:size], datasets.train.targets[:size], datasets.preprocess
+        )
+    targets = datasets.train_targets[:size]
+    return Datasets(subset, subset, datasets.preprocess, targets, targets, datasets.fingerprint)
+
+
+def _digits(cfg: TrainConfig) -> Datasets:
+    digits = load_digits()
+    # Pixel values are 0..16; as 8-bit images they take the same path as user images.
+    images = [Image.fromarray(np.uint8(im * 255 / 16)) for im in digits.images]
+    labels = digits.target.astype(np.int64)
+    train_idx, val_idx = stratified_split(labels, cfg.val_fraction)
+    names = tuple(str(name) for name in digits.target_names)
+    plain = Preprocess(cfg.image_size, cfg.image_channels, class_names=names)
+    pixels = torch.stack([plain.to_unit_range(images[i]) for i in range(len(images))])
+    preprocess = _fit_normalisation(plain, pixels[train_idx])
+    inputs = torch.stack([preprocess(image) for image in images])
+    targets = torch.from_numpy(labels)
+    return Datasets(
+        train=TensorData(inputs[train_idx], targets[train_idx]),
+        val=TensorData(inputs[val_idx], targets[val_idx]),
+        preprocess=preprocess,
+        train_targets=targets[train_idx],
+        val_targets=targets[val_idx],
+        fingerprint=fingerprint(inputs.numpy().tobytes(), train_idx, val_idx),
+    )
+
+
+def _image_folder(cfg: TrainConfig, root: Path) -> Datasets:
+    class_dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    paths, labels = [], []
+    for label, class_dir in enumerate(class_dirs):
+        for path in sorted(class_dir.rglob("*")):
+            if path.suffix.lower() in IMAGE_SUFFIXES:
+                paths.append(path)
+                labels.append(label)
+    suffixes = ", ".join(sorted(IMAGE_SUFFIXES))
+    if not paths:
+        raise ConfigError(
+            f"--data_dir: '{root}' holds no images; expected one sub-folder per class "
+            f"with files ending in {suffixes}"
+        )
+    counts = np.bincount(labels, minlength=len(class_dirs))
+    if len(class_dirs) < 2 or counts.min() < 2:
+        raise ConfigError(
+            f"--data_dir: '{root}' needs at least 2 class folders with at least 2 images "
+            f"each; found {dict(zip((d.name for d in class_dirs), counts.tolist(), strict=True))}"
+        )
+    labels_np = np.asarray(labels, dtype=np.int64)
+    train_idx, val_idx = stratified_split(labels_np, cfg.val_fraction)
+    names = tuple(d.name for d in class_dirs)
+    plain = Preprocess(cfg.image_size, cfg.image_channels, class_names=names)
+    sample = train_idx[:STATS_SAMPLE]
+    pixels = torch.stack([_decode(paths[i], plain.to_unit_range) for i in sample])
+    preprocess = _fit_normalisation(plain, pixels)
+    listing = "\n".join(f"{p.relative_to(root)}:{p.stat().st_size}" for p in paths)
+    return Datasets(
+        train=ImageFolderData(
+            [paths[i] for i in train_idx], labels_np[train_idx].tolist(), preprocess
+        ),
+        val=ImageFolderData([paths[i] for i in val_idx], labels_np[val_idx].tolist(), preprocess),
+        preprocess=preprocess,
+        train_targets=torch.from_numpy(labels_np[train_idx]),
+        val_targets=torch.from_numpy(labels_np[val_idx]),
+        fingerprint=fingerprint(listing.encode(), train_idx, val_idx),
+    )
+
+
+def _decode(path: Path, transform) -> torch.Tensor:
+    with Image.open(path) as image:
+        return transform(image)
+
+
+def stratified_split(labels: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    indices = np.arange(len(labels))
+    train_idx, val_idx = train_test_split(
+        indices, test_size=val_fraction, stratify=labels, random_state=SPLIT_SEED
+    )
+    return np.sort(train_idx), np.sort(val_idx)
+
+
+def _fit_normalisation(plain: Preprocess, pixels: torch.Tensor) -> Preprocess:
+    """Per-channel mean and std of training pixels (N, C, H, W), never of validation ones."""
+    mean = pixels.mean(dim=(0, 2, 3))
+    std = pixels.std(dim=(0, 2, 3)).clamp_min(1e-6)
+    return Preprocess(
+        plain.image_size,
+        plain.image_channels,
+        mean=tuple(round(v, 6) for v in mean.tolist()),
+        std=tuple(round(v, 6) for v in std.tolist()),
+        class_names=plain.class_names,
+    )

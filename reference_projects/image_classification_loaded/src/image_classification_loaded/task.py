@@ -1,0 +1,64 @@
+"""What the model learns: image classification, its loss, metrics and trivial baseline."""
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from .data import Preprocess
+
+TASK = "image_classification"
+METRIC = "accuracy"  # the metric that picks the best checkpoint and goes into summary.json
+HIGHER_IS_BETTER = True
+
+
+def compute_loss(logits: Tensor, targets: Tensor) -> Tensor:
+    """Mean cross-entropy over the batch; `logits` (B, num_classes), `targets` (B,) class ids."""
+    return F.cross_entropy(logits, targets)
+
+
+class Metrics:
+    """Accumulates evaluation results on the device; syncs to the host once, in compute().
+
+    Every attribute is a tensor of sums, so results from several processes add up.
+    """
+
+    def __init__(self, device: torch.device, preprocess: Preprocess):
+        # Every task's Metrics takes the preprocessing; accuracy needs nothing from it.
+        self.correct = torch.zeros((), dtype=torch.long, device=device)
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        self.count = torch.zeros((), dtype=torch.long, device=device)
+
+    def update(self, logits: Tensor, targets: Tensor) -> None:
+        self.correct += (logits.argmax(dim=1) == targets).sum()
+        self.loss_sum += F.cross_entropy(logits.float(), targets, reduction="sum")
+        self.count += len(targets)
+
+    def compute(self) -> dict[str, float]:
+        count = self.count.item()
+        return {METRIC: self.correct.item() / count, "loss": self.loss_sum.item() / count}
+
+
+def baseline(train_targets: Tensor, eval_targets: Tensor) -> float:
+    """Accuracy of always predicting the training split's most frequent class."""
+    majority = torch.bincount(train_targets).argmax()
+    return (eval_targets == majority).float().mean().item()
+
+
+# --- export: what an exported model takes and returns (shapes name their dynamic dimensions)
+INPUT, OUTPUT = "images", "logits"
+
+
+def export_signature(preprocess: Preprocess) -> dict[str, list[dict]]:
+    """Names, shapes and dtypes of the exported model's input and output, for model.json."""
+    sample = [preprocess.image_channels, preprocess.image_size, preprocess.image_size]
+    classes = len(preprocess.class_names)
+    return {
+        "inputs": [{"name": INPUT, "shape": ["batch", *sample], "dtype": "float32"}],
+        "outputs": [{"name": OUTPUT, "shape": ["batch", classes], "dtype": "float32"}],
+    }
+
+
+def example_inputs(preprocess: Preprocess, batch_size: int, generator: torch.Generator) -> Tensor:
+    """A random batch shaped as preprocessed images, to export and to verify an export with."""
+    shape = (batch_size, preprocess.image_channels, preprocess.image_size, preprocess.image_size)
+    return torch.randn(shape, generator=generator)

@@ -1,0 +1,161 @@
+"""What several processes share: the launch check, SyncBatchNorm, global losses and metrics,
+every process's random states, and agreeing to stop.
+
+Accelerate initialises the process group from the launcher's environment (torchrun,
+`accelerate launch` or srun) when train.py creates the Accelerator. Every function here that
+takes the accelerator is a collective: all processes call it at the same point of the loop,
+or the others wait until `dist_timeout_s` runs out and the run fails.
+"""
+
+import logging
+import os
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import gather_object
+from torch import nn
+
+from ..checkpoint import restore_rng_states, rng_states
+from ..config import ConfigError
+from .monitor import LogWindow, Preemption
+
+log = logging.getLogger(__name__)
+DATA_GENERATOR = "data_generator"  # key of the loader generator's state in a process's RNG entry
+
+
+def check_launch(accelerator: Accelerator) -> None:
+    """Refuse processes that were launched together but did not join one group (no collective)."""
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched != accelerator.num_processes:
+        # Accelerate only forms a CPU group when asked to run on the CPU; without it each
+        # process would train alone, all of them writing into one output_dir.
+        raise ConfigError(
+            f"{launched} processes were launched but each would train alone; on a machine "
+            "without GPUs add --cpu true, so that they train together over gloo"
+        )
+
+
+def sync_batchnorm(model: nn.Module, accelerator: Accelerator) -> nn.Module:
+    """BatchNorm over the global batch, as one process would compute it (no collective here).
+
+    PyTorch's SyncBatchNorm needs GPUs (DDP refuses it on the CPU): CPU processes keep
+    BatchNorm statistics of their own share of each batch, so their steps differ slightly
+    from one process's with the global batch.
+    """
+    has_batchnorm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    if accelerator.num_processes == 1 or not has_batchnorm:
+        return model
+    if accelerator.device.type == "cpu":
+        log.info("BatchNorm statistics are per process: SyncBatchNorm needs GPUs")
+        return model
+    return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+
+
+def broadcast_buffers(model: nn.Module, accelerator: Accelerator) -> None:
+    """Give every process rank 0's buffers (BatchNorm running statistics) before evaluation.
+
+    DDP broadcasts them at each training forward, after which each process updates its own
+    copy from its share of the batch; evaluation and the checkpoint must use one model.
+    """
+    if accelerator.num_processes > 1:
+        for buffer in model.buffers():
+            torch.distributed.broadcast(buffer, src=0)
+
+
+def sum_over_processes(metrics: Any, accelerator: Accelerator) -> Any:
+    """Add up every process's evaluation sums, so each sample counts exactly once.
+
+    A task's Metrics keeps its state as tensors of sums (counts included), so the global
+    metrics are the task's compute() over the summed tensors; other attributes are constants.
+    """
+    for name, value in vars(metrics).items():
+        if isinstance(value, torch.Tensor):
+            setattr(metrics, name, accelerator.reduce(value, "sum"))
+    return metrics
+
+
+def gather_rng_states(accelerator: Accelerator, data_generator: torch.Generator) -> list[dict]:
+    """Every process's random states, in rank order: each draws its own dropout and loader
+    worker seeds, and a resume on as many processes restores each its own."""
+    own = rng_states() | {DATA_GENERATOR: data_generator.get_state()}
+    return gather_object([own])
+
+
+def restore_own_rng_states(
+    states: list[dict], accelerator: Accelerator, data_generator: torch.Generator
+) -> None:
+    """Restore this process's entry; a process the checkpoint has none for keeps its seed.
+
+    On as many processes as wrote the checkpoint the run continues exactly; on another number
+    it continues with the same weights and data order, and fresh dropout streams.
+    """
+    rank = accelerator.process_index
+    if rank < len(states):
+        restore_rng_states(states[rank])
+        data_generator.set_state(states[rank][DATA_GENERATOR])
+    if len(states) != accelerator.num_processes and accelerator.is_main_process:
+        log.warning(
+            "the checkpoint was written by %d processes, this run has %d: the data order and "
+            "weights continue, random streams of the processes without an entry start afresh",
+            len(states),
+            accelerator.num_processes,
+        )
+
+
+class GlobalLogWindow(LogWindow):
+    """A LogWindow of losses averaged over every process: one process with the global batch
+    would log the same. They are averaged when read (at log steps and checkpoints), so a
+    training step has no collective besides DDP's gradient all-reduce."""
+
+    def __init__(self, accelerator: Accelerator, *args: Any):
+        super().__init__(*args)
+        self.accelerator = accelerator
+        self.averaged = self.steps  # a resumed window starts with losses already averaged
+
+    def pending_losses(self) -> list[float]:
+        if self.steps > self.averaged:
+            fresh = self.losses[self.averaged : self.steps]
+            self.losses[self.averaged : self.steps] = self.accelerator.reduce(fresh, "mean")
+            self.averaged = self.steps
+        return super().pending_losses()
+
+    def close(self, epoch: int, grad_norm: torch.Tensor, lr: float) -> dict[str, Any]:
+        record = super().close(epoch, grad_norm, lr)
+        # Every process trains on equal shares of each global batch (drop_last).
+        record["samples"] *= self.accelerator.num_processes
+        record["samples_per_s"] *= self.accelerator.num_processes
+        return record
+
+
+class SharedPreemption(Preemption):
+    """A signal to any process stops every process after the same step.
+
+    Processes receive a scheduler's signal at different steps, or only some receive it, so
+    `requested` changes only in agree(), which the loop calls at log steps: choose log_every
+    so that that many steps take well under the scheduler's warning time.
+    """
+
+    def __init__(self, accelerator: Accelerator):
+        super().__init__()
+        self.accelerator = accelerator
+        self.signalled = 0  # the signal this process received, if any
+
+    def _request(self, signum: int, frame: object) -> None:
+        self.signalled = signum
+        if self.accelerator.num_processes == 1:  # alone, it stops after the current step
+            self.requested = signum
+
+    def agree(self) -> None:
+        flag = torch.tensor(self.signalled, device=self.accelerator.device)
+        self.requested = int(self.accelerator.reduce(flag, "max")) or None
+
+
+class DiscardedLog:
+    """The metrics log of the processes other than the main one, which writes metrics.jsonl."""
+
+    def write(self, record: dict[str, Any]) -> None:
+        return None
+
+    def close(self) -> None:
+        return None

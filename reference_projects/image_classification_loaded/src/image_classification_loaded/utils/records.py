@@ -1,0 +1,137 @@
+"""What a run writes besides checkpoints: run.json, metrics.jsonl, summary.json."""
+
+import hashlib
+import json
+import math
+import platform
+import resource
+import socket
+import subprocess
+import sys
+from dataclasses import asdict
+from datetime import datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+LIBRARIES = ("torch", "accelerate", "numpy", "scikit-learn", "pillow", "matplotlib", "tensorboard")
+
+
+class MetricsLog:
+    """Appends one JSON object per logged step or evaluation to metrics.jsonl.
+
+    On resume, lines after the resumed step are dropped first: they came from the part of
+    the interrupted run that is about to be trained again.
+    """
+
+    def __init__(self, path: Path, resume_step: int):
+        if path.exists():
+            lines = path.read_text().splitlines()
+            kept = [line for line in lines if _step_of(line) <= resume_step]
+            path.write_text("".join(f"{line}\n" for line in kept))
+        self.file = path.open("a")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _step_of(line: str) -> float:
+    """The step a metrics line belongs to; a line cut short by a killed run counts as none."""
+    try:
+        return json.loads(line)["step"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return math.inf
+
+
+def write_json(path: Path, content: dict[str, Any]) -> None:
+    path.write_text(json.dumps(content, indent=2) + "\n")
+
+
+def unwritable_reason(directory: Path) -> str | None:
+    """Create `directory` and write a probe file there: why that failed, or None if it worked.
+
+    Callers check their folders before training, not at the first save an hour later.
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        return error.strerror or type(error).__name__
+    return None
+
+
+def run_info(
+    config: Any, data_fingerprint: str, world_size: int, device: torch.device
+) -> dict[str, Any]:
+    """Everything needed to tell later what produced a result."""
+    commit, dirty = _git_state()
+    resolved = asdict(config)
+    return {
+        "seed": config.seed,
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "libraries": {"python": platform.python_version(), **_versions(LIBRARIES)},
+        "data_fingerprint": data_fingerprint,
+        "config_hash": hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[
+            :16
+        ],
+        "world_size": world_size,
+        "device": str(device),
+        "host": socket.gethostname(),
+        "command": " ".join(sys.argv),
+        "start_time": _now(),
+    }
+
+
+def complete_run_info(path: Path) -> None:
+    """Add the end time to run.json: a run.json without one is from a run that did not finish."""
+    write_json(path, json.loads(path.read_text()) | {"end_time": _now()})
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak memory of the run: allocated on the GPU, or this process's resident set on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    # ru_maxrss is in KiB on Linux and in bytes on macOS.
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+def _now() -> str:
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _versions(names: tuple[str, ...]) -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _git_state() -> tuple[str | None, bool | None]:
+    """The commit of the code being run and whether it has uncommitted changes."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=5
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=5,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+    return commit, bool(status.strip())

@@ -1,0 +1,202 @@
+"""Several processes train as one: 2 processes with half the batch each match 1 process with
+the whole batch, only rank 0 writes, a checkpoint of 2 processes resumes exactly on 2 and
+loads on 1, and a collective that one process misses fails after dist_timeout_s.
+
+The processes run on the CPU and talk over gloo, started by torchrun as in the README; one
+launch runs every multi-process run (tests/multiprocess_runs.py), with a timeout, and its
+whole process group is killed afterwards whatever happened.
+"""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from multiprocess_runs import without_batchnorm
+from safetensors.torch import load_file
+
+from image_classification_loaded import train as train_module
+from image_classification_loaded.checkpoint import load_checkpoint
+from image_classification_loaded.train import main
+
+TESTS = Path(__file__).resolve().parent
+SRC = TESTS.parent / "src"
+LAUNCH = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+LAUNCH_TIMEOUT_S = 240  # the whole launch; a hang fails the tests instead of stalling them
+COLLECTIVE_TIMEOUT_S = 10  # --dist_timeout_s of the launched runs
+STEPS, HALF_BATCH = 6, 16
+# bf16 autocast rounds activations to 8 bits of mantissa, and 2 processes sum a batch's
+# gradients in another order than 1 process does.
+RTOL = WEIGHTS_RTOL = 2e-2
+# It also flips the predictions of samples near a decision boundary: compare losses and
+# gradient norms, not counts such as accuracy.
+COMPARED = {"loss", "grad_norm", "lr", "samples"}
+TIMINGS = {"samples_per_s", "data_wait"}
+
+
+def run_args(output_dir: Path, *extra: str) -> list[str]:
+    fields = {
+        "output_dir": output_dir,
+        "max_steps": STEPS,
+        "log_every": 1,
+        "eval_every": 3,
+        "checkpoint_every": 3,
+        "warmup_steps": 1,  # full steps from the start, so the runs move apart if they differ
+        # A rate every task trains stably at: past it, a loss spike turns rounding differences
+        # into different runs, and the comparison would measure chaos, not equivalence.
+        "lr": 1e-3,
+        "dropout": 0,
+        "cpu": True,
+        "dist_timeout_s": COLLECTIVE_TIMEOUT_S,
+        "compile": False,
+        "export_at_end": False,
+    }
+    return [f"--{name}={value}" for name, value in fields.items()] + list(extra)
+
+
+def logged(output_dir: Path) -> list[dict]:
+    lines = (output_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMINGS} for line in lines]
+
+
+def weights(output_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(output_dir / "model" / "model.safetensors")
+
+
+def assert_close_runs(actual: Path, expected: Path, from_step: int = 0) -> None:
+    """The same records logged after `from_step`, every number in them within RTOL, and the
+    final weights within WEIGHTS_RTOL, relative to the norm of all the weights together: a
+    tensor that starts at zero (a bias) has too small a norm to measure rounding against."""
+    got = logged(actual)
+    want = [record for record in logged(expected) if record["step"] > from_step]
+    assert [(r["step"], r.get("split")) for r in got] == [(r["step"], r.get("split")) for r in want]
+    for record, reference in zip(got, want, strict=True):
+        numbers = {key: value for key, value in reference.items() if key in COMPARED}
+        assert {key: record[key] for key in numbers} == pytest.approx(numbers, rel=RTOL)
+    reference_weights, actual_weights = weights(expected), weights(actual)
+    assert actual_weights.keys() == reference_weights.keys()
+    differences = {
+        key: (value - reference_weights[key]).float().norm()
+        for key, value in actual_weights.items()
+    }
+    scale = torch.stack([w.float().norm() for w in reference_weights.values()]).norm()
+    error = torch.stack(list(differences.values())).norm() / scale
+    worst = max(differences, key=differences.get)
+    assert error <= WEIGHTS_RTOL, f"relative error {error:.2e}; the largest difference in {worst}"
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory, embedded_args):
+    """One launch of 2 processes: two whole runs (no accumulation, and 2 micro-batches a
+    step), then the first resumed from its step-3 checkpoint, then the missed collective."""
+    root = tmp_path_factory.mktemp("two-processes")
+    reports = tmp_path_factory.mktemp("reports")
+    runs = {
+        "whole": ["--batch_size", str(HALF_BATCH)],
+        "accumulated": ["--batch_size", str(HALF_BATCH), "--grad_accum_steps", "2"],
+        "resumed": [
+            *("--batch_size", str(HALF_BATCH)),
+            *("--resume", str(root / "whole" / "checkpoints" / "step-000003.pt")),
+        ],
+    }
+    plan = {
+        "root": str(root),
+        "reports": str(reports),
+        "timeout_s": COLLECTIVE_TIMEOUT_S,
+        "runs": [run_args(root / name, *embedded_args, *extra) for name, extra in runs.items()],
+    }
+    (reports / "plan.json").write_text(json.dumps(plan))
+    command = [*LAUNCH, str(TESTS / "multiprocess_runs.py"), str(reports / "plan.json")]
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    # A session of its own, so that torchrun and both workers are killed together.
+    child = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = child.communicate(timeout=LAUNCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        output = f"still running after {LAUNCH_TIMEOUT_S} s"
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # unless everything had exited
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    assert child.returncode == 0, output[-6000:]
+    report = [json.loads((reports / f"report-{rank}.json").read_text()) for rank in (0, 1)]
+    return root, report
+
+
+@pytest.fixture
+def one_process(tmp_path, monkeypatch, embedded_args):
+    """Train in this process, with the global batch and the model the launched runs train."""
+    monkeypatch.setattr(train_module, "build_model", without_batchnorm(train_module.build_model))
+
+    def run(name: str, *extra: str) -> Path:
+        main(run_args(tmp_path / name, *embedded_args, "--batch_size", str(2 * HALF_BATCH), *extra))
+        return tmp_path / name
+
+    return run
+
+
+@pytest.mark.parametrize("accumulation", [1, 2])
+def test_two_processes_with_half_the_batch_match_one_with_all(launched, one_process, accumulation):
+    root, _ = launched
+    two = root / ("whole" if accumulation == 1 else "accumulated")
+    one = one_process("one", "--grad_accum_steps", str(accumulation))
+    assert_close_runs(two, one)
+
+
+def test_only_rank_0_writes_and_each_step_is_logged_once(launched):
+    root, report = launched
+    assert report[1]["writes"] == [], "rank 1 wrote files"
+    steps = [(r["step"], r.get("split")) for r in logged(root / "whole")]
+    expected = [(step, None) for step in range(1, STEPS + 1)] + [(3, "val"), (6, "val")]
+    assert sorted(steps, key=str) == sorted(expected, key=str)
+    assert json.loads((root / "whole" / "run.json").read_text())["world_size"] == 2
+    summary = json.loads((root / "whole" / "summary.json").read_text())
+    assert summary["steps"] == STEPS
+
+
+def test_checkpoint_of_two_processes_resumes_exactly_on_two(launched):
+    root, _ = launched
+    after_step_3 = [record for record in logged(root / "whole") if record["step"] > 3]
+    assert logged(root / "resumed") == after_step_3
+    whole, resumed = weights(root / "whole"), weights(root / "resumed")
+    assert all(torch.equal(whole[key], resumed[key]) for key in whole)
+    final = f"checkpoints/step-{STEPS:06d}.pt"
+    expected = load_checkpoint(root / "whole" / final)
+    actual = load_checkpoint(root / "resumed" / final)
+    assert len(actual["rng"]) == 2  # every process's random states
+    for index, state in expected["optimizer"]["state"].items():
+        for name, value in state.items():
+            assert torch.equal(actual["optimizer"]["state"][index][name], value), (index, name)
+
+
+def test_checkpoint_of_two_processes_loads_on_one(launched, one_process):
+    """One process with the global batch continues as the 2 processes did."""
+    root, _ = launched
+    checkpoint = root / "whole" / "checkpoints" / "step-000003.pt"
+    resumed = one_process("resumed", "--resume", str(checkpoint))
+    assert_close_runs(resumed, root / "whole", from_step=3)
+
+
+def test_a_collective_one_process_misses_fails_after_the_timeout(launched):
+    _, report = launched
+    collective = report[0]["collective"]
+    assert collective["failed"], "rank 0's collective completed without rank 1"
+    assert COLLECTIVE_TIMEOUT_S - 1 <= collective["after_s"] < COLLECTIVE_TIMEOUT_S + 30
+
+
+def test_processes_that_did_not_form_a_group_are_refused(short_run, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it; without --cpu no group forms
+    with pytest.raises(SystemExit, match="--cpu true"):
+        main(short_run())

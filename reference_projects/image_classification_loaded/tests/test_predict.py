@@ -1,0 +1,80 @@
+"""Inference from model/ and from the exported artifact: predictions on image files agree
+with evaluation, and the README's example reproduces the training preprocessing."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from sklearn.datasets import load_digits
+
+from image_classification_loaded.artifact import FILE_NAME, load_artifact
+from image_classification_loaded.checkpoint import load_checkpoint
+from image_classification_loaded.data import stratified_split
+from image_classification_loaded.export import ATOL, CHECK_BATCHES, EXAMPLE_BATCH, RTOL
+from image_classification_loaded.export import main as export
+from image_classification_loaded.predict import load_trained, main, predict
+from image_classification_loaded.train import main as train
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_predictions_from_image_files_reproduce_the_evaluation(tmp_path, capsys):
+    summary = train(["--output_dir", str(tmp_path), "--fast_dev_run"])
+    digits = load_digits()
+    _, val_idx = stratified_split(digits.target, val_fraction=0.2)
+    images = [Image.fromarray(np.uint8(digits.images[i] * 255 / 16)) for i in val_idx]
+
+    model, preprocess = load_trained(tmp_path / "model")
+    labels = predict(model, preprocess, images)
+    accuracy = np.mean(
+        [int(label) == digits.target[i] for label, i in zip(labels, val_idx, strict=True)]
+    )
+    assert accuracy == summary["value"]
+
+    path = tmp_path / "digit.png"
+    images[0].save(path)
+    main([str(tmp_path / "model"), str(path)])
+    assert capsys.readouterr().out.strip() == f"{path}\t{labels[0]}"
+
+
+def test_artifact_agrees_with_pytorch_on_real_images_in_another_batch_size(exported):
+    model, preprocess = load_trained(exported / "model")
+    digits = load_digits()
+    _, val_idx = stratified_split(digits.target, val_fraction=0.2)
+    images = [Image.fromarray(np.uint8(digits.images[i] * 255 / 16)) for i in val_idx[:7]]
+    batch = torch.stack([preprocess(image) for image in images])
+    assert len(batch) not in (EXAMPLE_BATCH, *CHECK_BATCHES)
+    with torch.inference_mode():
+        expected = model(batch)
+        actual = load_artifact(exported / "export" / FILE_NAME)(batch)
+    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
+    assert actual.argmax(dim=1).tolist() == expected.argmax(dim=1).tolist()
+
+
+def test_readme_inference_example_reproduces_training(exported, monkeypatch, capsys):
+    readme = README.read_text()
+    example = readme.split("## Export", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(exported.parents[1])  # the example reads outputs/run/export
+    # An RGB image of another size: the example must convert and resize as training does.
+    digit = load_digits().images[0]
+    Image.fromarray(np.uint8(digit * 255 / 16)).convert("RGB").resize((20, 20)).save("digit.png")
+
+    namespace: dict = {}
+    exec(compile(example, str(README), "exec"), namespace)
+
+    model, preprocess = load_trained(exported / "model")
+    with Image.open("digit.png") as image:
+        expected_batch = preprocess(image)[None]
+        (label,) = predict(model, preprocess, [image])
+    assert torch.equal(torch.from_numpy(namespace["batch"]), expected_batch)
+    assert capsys.readouterr().out.strip() == label
+
+
+def test_preprocessing_of_another_run_is_refused(exported, tmp_path):
+    state = load_checkpoint(exported / "checkpoints" / "step-000004.pt")
+    state["config"]["image_size"] = 16  # preprocess.json of this run says 8
+    torch.save(state, tmp_path / "other.pt")
+    with pytest.raises(SystemExit, match="image_size=16.*come from different runs"):
+        export(["--output_dir", str(exported), "--checkpoint", str(tmp_path / "other.pt")])

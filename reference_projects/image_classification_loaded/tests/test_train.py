@@ -1,0 +1,71 @@
+"""Training end to end: outputs, reproducibility, fitting, resuming."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from image_classification_loaded import task
+from image_classification_loaded import train as train_module
+from image_classification_loaded.train import main
+
+
+def read_losses(output_dir: Path) -> list[float]:
+    lines = (output_dir / "metrics.jsonl").read_text().splitlines()
+    return [record["loss"] for record in map(json.loads, lines) if "split" not in record]
+
+
+def test_fast_dev_run_trains_evaluates_and_saves(tmp_path):
+    summary = main(["--output_dir", str(tmp_path), "--fast_dev_run"])
+    assert summary["steps"] == 4
+    for name in ("config.yaml", "run.json", "metrics.jsonl", "summary.json"):
+        assert (tmp_path / name).is_file(), name
+    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step-000004.pt"
+    assert {p.name for p in (tmp_path / "model").iterdir()} >= {
+        "model.safetensors",
+        "preprocess.json",
+        "config.yaml",
+    }
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written["metric"] == task.METRIC and written["value"] == summary["value"]
+    assert {"seed", "git_commit", "libraries", "data_fingerprint"} <= json.loads(
+        (tmp_path / "run.json").read_text()
+    ).keys()
+
+
+def test_same_seed_same_losses_other_seed_other_losses(short_run, tmp_path):
+    main(short_run(output_dir=tmp_path / "a"))
+    main(short_run(output_dir=tmp_path / "b"))
+    main(short_run("--seed", "1", output_dir=tmp_path / "c"))
+    first, again, other = (read_losses(tmp_path / run) for run in "abc")
+    assert len(first) == 6
+    assert first == again
+    assert first != other
+
+
+def test_resume_continues_from_the_saved_step(short_run, tmp_path, monkeypatch):
+    main(short_run(output_dir=tmp_path / "whole"))
+    save_checkpoint = train_module.save_checkpoint
+
+    def save_then_die(*args, **kwargs):
+        save_checkpoint(*args, **kwargs)
+        raise KeyboardInterrupt  # the process dies right after its first checkpoint (step 3)
+
+    monkeypatch.setattr(train_module, "save_checkpoint", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        main(short_run(output_dir=tmp_path / "resumed"))
+    monkeypatch.undo()
+    summary = main(short_run(output_dir=tmp_path / "resumed"))  # the same command resumes
+    assert summary["steps"] == 6
+    losses = read_losses(tmp_path / "resumed")
+    assert losses == read_losses(tmp_path / "whole")
+    whole = load_file(tmp_path / "whole" / "model" / "model.safetensors")
+    resumed = load_file(tmp_path / "resumed" / "model" / "model.safetensors")
+    assert all(torch.equal(whole[key], resumed[key]) for key in whole)
+
+
+def test_accumulation_splits_a_step_into_micro_batches(short_run, tmp_path):
+    summary = main(short_run("--batch_size", "16", "--grad_accum_steps", "4"))
+    assert summary["steps"] == 6

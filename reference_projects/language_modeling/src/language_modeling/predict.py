@@ -1,0 +1,68 @@
+"""Score text with a trained model: bits per character, measured as evaluation measures them.
+
+    python -m language_modeling.predict outputs/run/model notes.txt [more.txt ...]
+
+Loads model/ as training wrote it: the weights, the config that shaped the network and the
+preprocessing (bytes, context). Prints each file's bits per character: how many bits a
+compressor driven by this model would spend per character of it, lower where the text
+resembles the training text. To generate text instead, see sample.py.
+"""
+
+import sys
+from pathlib import Path
+
+import torch
+import yaml
+from torch import nn
+
+from . import task
+from .checkpoint import load_weights
+from .config import TrainConfig
+from .data import Preprocess, windows
+from .model import build_model
+
+BATCH = 64  # windows scored per forward pass
+
+
+def load_trained(model_dir: str | Path) -> tuple[nn.Module, Preprocess]:
+    """The trained model in eval mode on the CPU, and the preprocessing it was trained with."""
+    model_dir = Path(model_dir)
+    cfg = TrainConfig(**yaml.safe_load((model_dir / "config.yaml").read_text()))
+    preprocess = Preprocess.load(model_dir / "preprocess.json")
+    model = build_model(cfg, preprocess)
+    return load_weights(model, model_dir).eval(), preprocess
+
+
+@torch.inference_mode()
+def predict(model: nn.Module, preprocess: Preprocess, texts: list[str]) -> list[float]:
+    """Bits per character of each text, scored as the validation split is: windows of
+    `context` bytes that do not overlap, every byte after the first predicted once."""
+    scores = []
+    for text in texts:
+        ids = preprocess.encode(text)
+        if len(ids) < 2:
+            raise ValueError(f"text of {len(ids)} bytes: scoring needs at least 2")
+        data = windows(ids, preprocess.context, stride=preprocess.context, pad=True)
+        metrics = task.Metrics(torch.device("cpu"), preprocess)
+        for start in range(0, len(data), BATCH):
+            batch = slice(start, start + BATCH)
+            metrics.update(model(data.inputs[batch]), data.targets[batch])
+        scores.append(metrics.compute()[task.METRIC])
+    return scores
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 2:
+        raise SystemExit("usage: python -m language_modeling.predict MODEL_DIR FILE [FILE ...]")
+    model, preprocess = load_trained(args[0])
+    for path in args[1:]:
+        try:
+            (score,) = predict(model, preprocess, [Path(path).read_text(encoding="utf-8")])
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            raise SystemExit(f"error: {path}: {error}") from None
+        print(f"{path}\t{score:.4f} bits/char")
+
+
+if __name__ == "__main__":
+    main()

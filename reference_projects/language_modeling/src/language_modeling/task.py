@@ -1,0 +1,68 @@
+"""What the model learns: the next byte of text, its loss, bits per character and baseline.
+
+The loss is the mean cross-entropy of the next byte, in nats. The metric divides the
+total information, in bits, by the number of characters scored: bits per character, the
+unit in which text compressors and character-level models are compared. A character is
+1 to 4 UTF-8 bytes; for ASCII text bits per character equals bits per byte (loss / ln 2),
+and the embedded documentation is 99.75% ASCII, so there the two differ by 0.25%.
+"""
+
+import math
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from .data import IGNORE, Preprocess, is_continuation
+
+TASK = "language_modeling"
+METRIC = "bits_per_char"  # the metric that picks the best checkpoint and goes into summary.json
+HIGHER_IS_BETTER = False
+
+
+def compute_loss(logits: Tensor, targets: Tensor) -> Tensor:
+    """Mean next-byte cross-entropy over every position; `logits` (B, T, V), `targets` (B, T)."""
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+
+
+class Metrics:
+    """Accumulates evaluation results on the device; syncs to the host once, in compute().
+
+    Every attribute is a tensor of sums, so results from several processes add up.
+    """
+
+    def __init__(self, device: torch.device, preprocess: Preprocess):
+        # Every task's Metrics takes the preprocessing; bytes are bytes, whatever the corpus.
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=device)  # nats
+        self.bytes = torch.zeros((), dtype=torch.long, device=device)
+        self.chars = torch.zeros((), dtype=torch.long, device=device)
+
+    def update(self, logits: Tensor, targets: Tensor) -> None:
+        self.loss_sum += F.cross_entropy(
+            logits.float().flatten(0, 1), targets.flatten(), ignore_index=IGNORE, reduction="sum"
+        )
+        self.bytes += (targets != IGNORE).sum()
+        self.chars += count_chars(targets)
+
+    def compute(self) -> dict[str, float]:
+        bits = self.loss_sum.item() / math.log(2)
+        count = self.bytes.item()
+        return {
+            METRIC: bits / max(1, self.chars.item()),
+            "bits_per_byte": bits / count,
+            "loss": self.loss_sum.item() / count,
+        }
+
+
+def count_chars(targets: Tensor) -> Tensor:
+    """Characters among the target bytes: the bytes that start one (not IGNORE padding)."""
+    return ((targets != IGNORE) & ~is_continuation(targets)).sum()
+
+
+def baseline(train_targets: Tensor, eval_targets: Tensor) -> float:
+    """Bits per character of the unigram model: each byte predicted with its frequency in
+    the training text (add-one smoothed, so a byte never seen there costs bits, not inf)."""
+    counts = torch.bincount(train_targets[train_targets != IGNORE], minlength=256) + 1
+    bits = -(counts.double() / counts.sum()).log2()
+    scored = eval_targets[eval_targets != IGNORE]
+    return bits[scored].sum().item() / max(1, count_chars(eval_targets).item())

@@ -1,0 +1,84 @@
+from pathlib import Path
+
+import pytest
+import torch
+from accelerate.state import AcceleratorState, GradientState, PartialState
+
+from language_modeling.config import load_config
+from language_modeling.data import embedded_text
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    """Each training run in a test starts from a clean Accelerate state, as a new process would."""
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    PartialState._reset_state()
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, and tests may run in parallel."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def short_run(tmp_path):
+    """Arguments for a short run into a fresh output directory; extra arguments override."""
+
+    def args(*extra: str, output_dir=None) -> list[str]:
+        fields = {
+            "output_dir": output_dir or tmp_path / "run",
+            "max_steps": 6,
+            "log_every": 1,
+            "eval_every": 3,
+            "checkpoint_every": 3,
+        }
+        return [f"--{name}={value}" for name, value in fields.items()] + list(extra)
+
+    return args
+
+
+@pytest.fixture
+def cfg():
+    return load_config([])
+
+
+@pytest.fixture(scope="session")
+def embedded_args():
+    """Arguments for the embedded data where a test needs epochs of at most 28 steps."""
+    # The first 20 KB of the docs: 18 KB of training text make 17 steps of 32 windows; the
+    # default run is one epoch, so ask for enough of them.
+    return ["--corpus_bytes", "20000", "--epochs", "10"]
+
+
+@pytest.fixture(scope="session")
+def user_data():
+    """Arguments that train on a small dataset in the user's format, written under `root`:
+    a folder of three .txt files, 6 KB of text. 20 steps of 8 windows make an epoch."""
+
+    def args(root: Path) -> list[str]:
+        data_path = _text_folder(root / "texts", files=3, size=2000)
+        fields = {"data_path": data_path, "batch_size": 8, "epochs": 10}
+        return [f"--{name}={value}" for name, value in fields.items()]
+
+    return args
+
+
+@pytest.fixture(scope="session")
+def make_text_folder():
+    return _text_folder
+
+
+def _text_folder(root: Path, files: int = 3, size: int = 2000) -> Path:
+    """`files` UTF-8 .txt files of `size` characters each: passages of the Python docs."""
+    root.mkdir(parents=True)
+    text = embedded_text()
+    for index in range(files):
+        start = 50_000 * (index + 1)
+        (root / f"part{index}.txt").write_text(text[start : start + size], encoding="utf-8")
+    return root

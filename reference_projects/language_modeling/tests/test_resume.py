@@ -1,0 +1,147 @@
+"""Exact, crash-safe resume: a run killed at any step and rerun ends exactly where an
+uninterrupted run ends (weights, optimizer state, every logged metric), bit for bit on CPU."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from language_modeling import task
+from language_modeling.checkpoint import load_checkpoint
+from language_modeling.train import main
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+STEPS = 60
+# Timings differ between runs; everything else a run logs must be identical.
+TIMINGS = {"samples_per_s", "data_wait"}
+
+
+def run_args(output_dir: Path, *extra: str) -> list[str]:
+    fields = {
+        "output_dir": output_dir,
+        "max_steps": STEPS,
+        "log_every": 1,
+        "eval_every": 10,
+        "checkpoint_every": 5,
+    }
+    return [f"--{name}={value}" for name, value in fields.items()] + list(extra)
+
+
+def logged(output_dir: Path) -> list[dict]:
+    lines = (output_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMINGS} for line in lines]
+
+
+def steps_logged(metrics: Path) -> int:
+    with metrics.open() as lines:
+        return sum(1 for line in lines if '"split"' not in line)
+
+
+def interrupt(args: list[str], output_dir: Path, at_step: int, signum: int) -> int:
+    """Run training in a child process and send it `signum` once it has logged `at_step`."""
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "language_modeling.train", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    metrics, deadline = output_dir / "metrics.jsonl", time.monotonic() + 120
+    try:
+        while child.poll() is None and time.monotonic() < deadline:
+            if metrics.exists() and steps_logged(metrics) >= at_step:
+                child.send_signal(signum)
+                break
+            time.sleep(0.002)
+        return child.wait(timeout=60)
+    finally:
+        child.kill()
+
+
+def assert_same_run(whole: Path, resumed: Path, from_step: int) -> None:
+    """Identical metrics after the resume point, weights, optimizer and schedule state."""
+    assert logged(resumed) == logged(whole), f"metrics differ after resuming at step {from_step}"
+    final = f"checkpoints/step-{STEPS:06d}.pt"
+    expected, actual = load_checkpoint(whole / final), load_checkpoint(resumed / final)
+    assert actual["progress"] == expected["progress"]
+    assert actual["optimizer"]["param_groups"] == expected["optimizer"]["param_groups"]
+    for index, state in expected["optimizer"]["state"].items():
+        for name, value in state.items():
+            assert torch.equal(actual["optimizer"]["state"][index][name], value), (index, name)
+    weights = load_file(whole / "model" / "model.safetensors")
+    resumed_weights = load_file(resumed / "model" / "model.safetensors")
+    assert all(torch.equal(weights[key], resumed_weights[key]) for key in weights)
+
+
+@pytest.fixture(scope="module", params=["embedded", "user-data"])
+def reference(request, tmp_path_factory, embedded_args, user_data):
+    """The uninterrupted run: the embedded dataset, or a small one in the user's format."""
+    root = tmp_path_factory.mktemp("reference")
+    extra = user_data(root) if request.param == "user-data" else list(embedded_args)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in the tests and their child processes
+    main(run_args(root / "whole", *extra))
+    torch.set_num_threads(threads)
+    return root, extra
+
+
+def steps_per_epoch(output_dir: Path) -> int:
+    """The first step logged in epoch 1, from the uninterrupted run's metrics."""
+    records = [r for r in logged(output_dir) if "split" not in r]
+    return next(r["step"] for r in records if r["epoch"] >= 1)
+
+
+# Resume points before and after the first epoch boundary.
+@pytest.mark.parametrize("epoch", [0, 1], ids=["first-epoch", "second-epoch"])
+def test_sigkill_at_a_random_step_then_resume_is_exact(reference, tmp_path, epoch):
+    root, extra = reference
+    epoch_steps = steps_per_epoch(root / "whole")
+    assert epoch_steps * 2 + 3 <= STEPS, "an epoch must be short enough for two in one run"
+    at_step = random.randint(epoch * epoch_steps + 2, (epoch + 1) * epoch_steps - 1)
+    args = run_args(tmp_path, *extra)
+    assert interrupt(args, tmp_path, at_step, signal.SIGKILL) == -signal.SIGKILL
+    main(args)  # the same command again: resume auto
+    assert_same_run(root / "whole", tmp_path, at_step)
+
+
+def test_sigterm_checkpoints_the_current_step_and_exits_75(reference, tmp_path):
+    root, extra = reference
+    args = run_args(tmp_path, *extra)
+    assert interrupt(args, tmp_path, 13, signal.SIGTERM) == 75
+    latest = (tmp_path / "checkpoints" / "latest").read_text().strip()
+    stopped_at = load_checkpoint(tmp_path / "checkpoints" / latest)["progress"]["step"]
+    assert 13 <= stopped_at < STEPS  # the step in progress when the signal came
+    main(args)
+    assert_same_run(root / "whole", tmp_path, stopped_at)
+
+
+def test_nan_loss_stops_naming_the_step_and_keeps_good_checkpoints(tmp_path, monkeypatch):
+    calls = []
+
+    compute_loss = task.compute_loss
+
+    def loss_that_breaks_at_step_8(outputs, targets):
+        calls.append(1)
+        loss = compute_loss(outputs, targets)
+        return loss * float("nan") if len(calls) == 8 else loss
+
+    monkeypatch.setattr(task, "compute_loss", loss_that_breaks_at_step_8)
+    with pytest.raises(SystemExit, match="nan at step 8"):
+        main(run_args(tmp_path, "--log_every", "4"))
+    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step-000005.pt"
+    assert load_checkpoint(tmp_path / "checkpoints" / "step-000005.pt")["progress"]["step"] == 5
+
+
+def test_unwritable_output_dir_fails_before_training(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit, match="--output_dir"):
+        main(run_args(blocker / "run"))

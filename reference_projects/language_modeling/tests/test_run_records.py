@@ -1,0 +1,91 @@
+"""What every run leaves behind: a complete run.json and a picture of its curves; and no
+run needs the network."""
+
+import ipaddress
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from language_modeling.train import main
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+RUN_FIELDS = {
+    "seed",
+    "git_commit",
+    "git_dirty",
+    "libraries",
+    "data_fingerprint",
+    "config_hash",
+    "world_size",
+    "host",
+    "start_time",
+    "end_time",
+}
+
+
+def test_run_json_and_curves_record_the_run(short_run, tmp_path):
+    main(short_run())
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run.keys() >= RUN_FIELDS
+    assert run["start_time"] <= run["end_time"]  # ISO 8601 in one time zone sorts as text
+    assert run["libraries"]["torch"] and run["libraries"]["matplotlib"]
+    with Image.open(tmp_path / "run" / "curves.png") as image:
+        assert image.format == "PNG" and image.width > 0 and image.height > 0
+        image.verify()  # raises if the file is truncated or corrupt
+
+
+def test_an_interrupted_run_has_no_end_time(short_run, tmp_path, monkeypatch):
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("language_modeling.train.save_checkpoint", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        main(short_run())
+    assert "end_time" not in json.loads((tmp_path / "run" / "run.json").read_text())
+
+
+def test_trains_with_every_outside_connection_refused(short_run, monkeypatch):
+    """In this process: name lookups fail and connections go nowhere but to this machine."""
+    connect, getaddrinfo = socket.socket.connect, socket.getaddrinfo
+
+    def local_only(sock, address):
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(address[0]):
+            raise ConnectionRefusedError(f"no network in this test ({address})")
+        return connect(sock, address)
+
+    def local_names_only(host, *args, **kwargs):
+        if host is not None and not _is_loopback(host):
+            raise socket.gaierror(socket.EAI_NONAME, f"no network in this test ({host})")
+        return getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", local_only)
+    monkeypatch.setattr(socket, "getaddrinfo", local_names_only)
+    assert main(short_run())["steps"] == 6
+
+
+def test_trains_in_a_network_namespace_with_only_loopback(short_run, tmp_path):
+    """In a child process with no network interface at all, tracker helper processes included."""
+    unshare = shutil.which("unshare")
+    if unshare is None or subprocess.run([unshare, "-rn", "true"], capture_output=True).returncode:
+        pytest.skip("`unshare -rn` (unprivileged user and network namespaces) is not available")
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    command = [unshare, "-rn", sys.executable, "-m", "language_modeling.train", *short_run()]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 6
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name other than localhost
+        return False

@@ -1,0 +1,80 @@
+"""Segment images with a trained model, writing one mask PNG per image.
+
+    python -m semantic_segmentation.predict outputs/run/model image.png [more.png ...] [--out DIR]
+
+Loads model/ as training wrote it: the weights, the config that shaped the network, and
+the preprocessing fitted on the training data, so inference sees what training saw. Each
+mask is a single-channel PNG of class ids at the image's own size, named like the image
+(DIR/image.png, default DIR: predictions), the format --data_dir reads masks in.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+from PIL import Image
+from torch import nn
+
+from .checkpoint import load_weights
+from .config import TrainConfig
+from .data import Preprocess
+from .model import build_model
+
+USAGE = "usage: python -m semantic_segmentation.predict MODEL_DIR IMAGE [IMAGE ...] [--out DIR]"
+
+
+def load_trained(model_dir: str | Path) -> tuple[nn.Module, Preprocess]:
+    """The trained model in eval mode on the CPU, and the preprocessing it was trained with."""
+    model_dir = Path(model_dir)
+    cfg = TrainConfig(**yaml.safe_load((model_dir / "config.yaml").read_text()))
+    preprocess = Preprocess.load(model_dir / "preprocess.json")
+    model = build_model(cfg, preprocess)
+    return load_weights(model, model_dir).eval(), preprocess
+
+
+@torch.inference_mode()
+def predict(model: nn.Module, preprocess: Preprocess, images: list[Image.Image]) -> torch.Tensor:
+    """Class ids (N, image_size, image_size): the model's resolution, as in evaluation."""
+    batch = torch.stack([preprocess(image) for image in images])
+    return model(batch).argmax(dim=1)
+
+
+def to_mask_image(mask: torch.Tensor, size: tuple[int, int]) -> Image.Image:
+    """Class ids as a mode-L image of `size` (width, height), resized by nearest neighbour."""
+    image = Image.fromarray(mask.numpy().astype(np.uint8))  # 2-D uint8: mode L
+    return image if image.size == size else image.resize(size, Image.Resampling.NEAREST)
+
+
+def histogram(mask: Image.Image, class_names: tuple[str, ...]) -> str:
+    """Pixels of each class, e.g. `background=812 circle=150 square=0 triangle=62`."""
+    counts = np.bincount(np.asarray(mask).ravel(), minlength=len(class_names))
+    return " ".join(f"{name}={count}" for name, count in zip(class_names, counts, strict=True))
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else list(argv)
+    out = Path("predictions")
+    if "--out" in args:
+        at = args.index("--out")
+        if at + 1 == len(args):
+            raise SystemExit(f"error: --out needs a folder ({USAGE})")
+        out = Path(args.pop(at + 1))
+        args.pop(at)
+    if len(args) < 2:
+        raise SystemExit(USAGE)
+    model, preprocess = load_trained(args[0])
+    out.mkdir(parents=True, exist_ok=True)
+    for path in map(Path, args[1:]):
+        with Image.open(path) as image:
+            (mask,) = predict(model, preprocess, [image])
+            size = image.size
+        mask_image = to_mask_image(mask, size)
+        mask_path = out / f"{path.stem}.png"
+        mask_image.save(mask_path)
+        print(f"{path}\t{mask_path}\t{histogram(mask_image, preprocess.class_names)}")
+
+
+if __name__ == "__main__":
+    main()

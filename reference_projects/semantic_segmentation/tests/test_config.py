@@ -1,0 +1,50 @@
+"""Configuration: defaults < --config FILE < --field value; bad values are one-line errors."""
+
+import pytest
+
+from semantic_segmentation.config import ConfigError, TrainConfig, load_config
+from semantic_segmentation.train import main
+
+
+def test_defaults_come_from_the_dataclass():
+    assert load_config([]) == TrainConfig()
+
+
+def test_file_then_command_line_override(tmp_path):
+    config_file = tmp_path / "exp.yaml"
+    config_file.write_text("lr: 0.01\nbatch_size: 32\n")
+    cfg = load_config(["--config", str(config_file), "--batch_size", "16", "--cpu"])
+    assert (cfg.lr, cfg.batch_size, cfg.cpu) == (0.01, 16, True)
+
+
+def test_types_are_parsed():
+    cfg = load_config(["--num_workers", "2", "--max_grad_norm=inf", "--deterministic", "false"])
+    assert cfg.num_workers == 2 and cfg.max_grad_norm == float("inf") and cfg.deterministic is False
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["--batch_size", "0"], "--batch_size"),
+        (["--lr", "-1"], "--lr"),
+        (["--num_workers", "x"], "--num_workers"),
+        (["--foo", "1"], "--foo"),
+        (["--epochs", "1.5"], "--epochs"),
+        (["--deterministic", "maybe"], "--deterministic"),
+    ],
+)
+def test_bad_values_exit_with_one_line_naming_the_field(argv, field, tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--output_dir", str(tmp_path), *argv])
+    message = str(exit_info.value.code)
+    assert field in message and "\n" not in message
+
+
+def test_unknown_field_suggests_the_closest():
+    with pytest.raises(ConfigError, match="did you mean --batch_size"):
+        load_config(["--batchsize", "4"])
+
+
+def test_unreadable_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="--config"):
+        load_config(["--config", str(tmp_path / "missing.yaml")])

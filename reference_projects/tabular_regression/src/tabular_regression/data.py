@@ -1,0 +1,217 @@
+"""Data: scikit-learn's diabetes table, or your own CSV file with a named target column.
+
+The embedded dataset is scikit-learn's copy of the diabetes study of Efron et al. (2004):
+442 patients, 10 numeric features (age, sex, body mass index, blood pressure and six blood
+serum measurements) and a measure of disease progression one year later, installed with
+scikit-learn, so nothing is downloaded. With `--data_file FILE`, FILE is a CSV table with a
+header row; `--target_column` names the column to predict and every other column is a
+feature. Both go through the same `Preprocess`, which is saved with the model for inference.
+"""
+
+import csv
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from sklearn.datasets import load_diabetes
+from sklearn.model_selection import train_test_split
+
+from .config import ConfigError, TrainConfig
+from .loaders import SPLIT_SEED, Datasets, TensorData, fingerprint
+
+# Rows a table needs so that both splits hold a few samples; R^2 needs at least two.
+MIN_ROWS = 10
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """Raw feature rows -> standardised float32 tensor (N, F), and the target both ways.
+
+    Means and standard deviations are those of the training split only, so nothing about
+    the validation rows leaks into training. The model works in standardised units of the
+    target; `to_target_units` turns its outputs back into the target's own units.
+    """
+
+    feature_names: tuple[str, ...]
+    feature_mean: tuple[float, ...]
+    feature_std: tuple[float, ...]
+    target_column: str  # the config field of the same name: export checks they agree
+    target_mean: float
+    target_std: float
+
+    def __call__(self, features: np.ndarray) -> torch.Tensor:
+        """Raw features (N, F), columns in `feature_names` order -> model inputs (N, F)."""
+        scaled = (np.asarray(features, dtype=np.float64) - self.feature_mean) / self.feature_std
+        return torch.from_numpy(scaled.astype(np.float32))
+
+    def to_model_units(self, target: np.ndarray) -> torch.Tensor:
+        """Targets (N,) in their own units -> standardised float32, what the model predicts."""
+        scaled = (np.asarray(target, dtype=np.float64) - self.target_mean) / self.target_std
+        return torch.from_numpy(scaled.astype(np.float32))
+
+    def to_target_units(self, predictions: torch.Tensor) -> np.ndarray:
+        """Model outputs (N,) -> float64 predictions in the target's own units."""
+        return predictions.double().numpy() * self.target_std + self.target_mean
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> "Preprocess":
+        fields = json.loads(path.read_text())
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+
+
+@dataclass(frozen=True)
+class Table:
+    """A numeric table as read from a CSV file (or the embedded data)."""
+
+    columns: tuple[str, ...]
+    values: np.ndarray  # (rows, columns) float64
+
+    def column(self, name: str) -> np.ndarray:
+        return self.values[:, self.columns.index(name)]
+
+    def features(self, names: tuple[str, ...]) -> np.ndarray:
+        return self.values[:, [self.columns.index(name) for name in names]]
+
+
+def build_datasets(cfg: TrainConfig) -> Datasets:
+    table = _diabetes() if cfg.data_file is None else _user_table(cfg)
+    datasets = _split_and_standardise(cfg, table)
+    if cfg.overfit_batches:
+        datasets = _first_batches_only(datasets, cfg.overfit_batches * cfg.batch_size)
+    return datasets
+
+
+def split(num_rows: int, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices of the training and validation splits, fixed by SPLIT_SEED."""
+    train_idx, val_idx = train_test_split(
+        np.arange(num_rows), test_size=val_fraction, random_state=SPLIT_SEED
+    )
+    return np.sort(train_idx), np.sort(val_idx)
+
+
+def read_csv(path: Path, source: str = "") -> Table:
+    """A CSV file with a header row and numbers only, or a one-line ConfigError.
+
+    `source` starts each message (the option that named the file, e.g. "--data_file: ").
+    Non-numeric columns are refused rather than guessed at: encode categories as numbers
+    (one 0/1 column per category) before training, and the same way before prediction.
+    """
+    where = f"{source}'{path}'"
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as file:
+            reader = csv.reader(file)
+            header = next(reader, None)
+            if header is None or not any(name.strip() for name in header):
+                raise ConfigError(
+                    f"{where} is empty; expected a header row naming the columns, then one "
+                    "row of numbers per sample"
+                )
+            columns = tuple(name.strip() for name in header)
+            _check_column_names(columns, where)
+            rows = [_parse_row(row, columns, where, reader.line_num) for row in reader if row]
+    except OSError as error:
+        raise ConfigError(f"{where}: cannot read it ({error.strerror})") from None
+    except (UnicodeDecodeError, csv.Error) as error:
+        raise ConfigError(f"{where} is not a UTF-8 CSV file ({type(error).__name__})") from None
+    values = np.array(rows, dtype=np.float64).reshape(len(rows), len(columns))
+    return Table(columns, values)
+
+
+def _check_column_names(columns: tuple[str, ...], where: str) -> None:
+    for index, name in enumerate(columns):
+        if not name:
+            raise ConfigError(f"{where}: column {index + 1} of the header has no name")
+        if columns.index(name) != index:
+            raise ConfigError(f"{where}: the header names column '{name}' twice")
+
+
+def _parse_row(row: list[str], columns: tuple[str, ...], where: str, line: int) -> list[float]:
+    if len(row) != len(columns):
+        raise ConfigError(
+            f"{where}: line {line} has {len(row)} fields, the header has {len(columns)}"
+        )
+    values = []
+    for name, text in zip(columns, row, strict=True):
+        try:
+            value = float(text)
+        except ValueError:
+            value = None
+        if value is None or not np.isfinite(value):
+            found = f"'{text.strip()}'" if text.strip() else "an empty cell"
+            raise ConfigError(
+                f"{where}: column '{name}' holds {found} on line {line}; every value must be "
+                "a finite number (encode categories as 0/1 columns, fill or drop missing values)"
+            )
+        values.append(value)
+    return values
+
+
+def _diabetes() -> Table:
+    # scaled=False: the measurements in their own units (age in years, BMI in kg/m^2...),
+    # standardised below like a user's table, instead of sklearn's pre-scaled copy.
+    diabetes = load_diabetes(scaled=False)
+    values = np.column_stack([diabetes.data, diabetes.target])
+    return Table((*diabetes.feature_names, "target"), values)
+
+
+def _user_table(cfg: TrainConfig) -> Table:
+    path = Path(cfg.data_file)
+    table = read_csv(path, source="--data_file: ")
+    if cfg.target_column not in table.columns:
+        raise ConfigError(
+            f"--data_file: '{path}' has no column '{cfg.target_column}' (its columns: "
+            f"{', '.join(table.columns)}); name the target with --target_column"
+        )
+    if len(table.columns) < 2:
+        raise ConfigError(f"--data_file: '{path}' holds only the target column, no features")
+    if len(table.values) < MIN_ROWS:
+        raise ConfigError(
+            f"--data_file: '{path}' has {len(table.values)} data rows; at least {MIN_ROWS} are "
+            "needed to hold out a validation split"
+        )
+    return table
+
+
+def _split_and_standardise(cfg: TrainConfig, table: Table) -> Datasets:
+    names = tuple(name for name in table.columns if name != cfg.target_column)
+    features, target = table.features(names), table.column(cfg.target_column)
+    train_idx, val_idx = split(len(target), cfg.val_fraction)
+    if target[train_idx].std() == 0:
+        source = "the embedded data" if cfg.data_file is None else f"'{cfg.data_file}'"
+        raise ConfigError(
+            f"--target_column: '{cfg.target_column}' of {source} is constant in the training "
+            "split; there is nothing to learn"
+        )
+    # A constant feature keeps a std of 1: it becomes 0 after centring, and never divides by 0.
+    feature_std = features[train_idx].std(axis=0)
+    preprocess = Preprocess(
+        feature_names=names,
+        feature_mean=tuple(features[train_idx].mean(axis=0).tolist()),
+        feature_std=tuple(np.where(feature_std > 0, feature_std, 1.0).tolist()),
+        target_column=cfg.target_column,
+        target_mean=float(target[train_idx].mean()),
+        target_std=float(target[train_idx].std()),
+    )
+    inputs, targets = preprocess(features), preprocess.to_model_units(target)
+    return Datasets(
+        train=TensorData(inputs[train_idx], targets[train_idx]),
+        val=TensorData(inputs[val_idx], targets[val_idx]),
+        preprocess=preprocess,
+        train_targets=targets[train_idx],
+        val_targets=targets[val_idx],
+        fingerprint=fingerprint(
+            "\n".join(table.columns).encode() + table.values.tobytes(), train_idx, val_idx
+        ),
+    )
+
+
+def _first_batches_only(datasets: Datasets, size: int) -> Datasets:
+    """Train and evaluate on the same few samples: a model that cannot fit them has a bug."""
+    subset = TensorData(datasets.train.inputs[:size], datasets.train.targets[:size])
+    targets = datasets.train_targets[:size]
+    return Datasets(subset, subset, datasets.preprocess, targets, targets, datasets.fingerprint)

@@ -1,0 +1,96 @@
+"""What the loop watches without slowing down: log windows, divergence, preemption signals."""
+
+import math
+import signal
+import time
+from typing import Any
+
+import torch
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the checkpoints written before it are kept."""
+
+
+class LogWindow:
+    """The steps between two log steps: their losses stay on the device until close().
+
+    Turning a loss into a Python float waits for the device to finish; doing it once per
+    log interval instead of once per step keeps the GPU busy.
+    """
+
+    def __init__(self, size: int, device: torch.device, first_step: int, losses: list[float]):
+        self.losses = torch.zeros(size, device=device)
+        self.losses[: len(losses)] = torch.tensor(losses)
+        self.first_step = first_step  # the window holds steps first_step + 1, first_step + 2, ...
+        self.steps = len(losses)
+        self.samples, self.data_s = 0, 0.0
+        self.started = time.perf_counter()
+
+    def add_loss(self, loss: torch.Tensor) -> None:
+        self.losses[self.steps].add_(loss)
+
+    def end_step(self) -> None:
+        self.steps += 1
+
+    def pending_losses(self) -> list[float]:
+        """The window's losses as floats, after checking them; saved with a checkpoint."""
+        losses = self.losses[: self.steps].tolist()
+        self._check_finite(losses)
+        return losses
+
+    def close(self, epoch: int, grad_norm: torch.Tensor, lr: float) -> dict[str, Any]:
+        losses = self.pending_losses()
+        elapsed = time.perf_counter() - self.started
+        return {
+            "step": self.first_step + self.steps,
+            "epoch": epoch,
+            "loss": sum(losses) / len(losses),
+            "lr": lr,
+            "grad_norm": grad_norm.item(),  # before clipping, so thresholds can be chosen from it
+            "samples": self.samples,
+            "samples_per_s": self.samples / elapsed,
+            "data_wait": self.data_s / elapsed,  # share of the time spent waiting for batches
+        }
+
+    def _check_finite(self, losses: list[float]) -> None:
+        for offset, loss in enumerate(losses, start=1):
+            if not math.isfinite(loss):
+                raise TrainingDiverged(
+                    f"the loss became {loss} at step {self.first_step + offset}; the checkpoints "
+                    "before it are kept. Lower --lr or --max_grad_norm, or find the op with "
+                    "--detect_anomaly true"
+                )
+
+
+class Preemption:
+    """SIGTERM or SIGUSR1 (a scheduler preempting the job) asks the loop to stop cleanly.
+
+    The loop finishes its step, writes a checkpoint and exits with EXIT_CODE; running the
+    same command again resumes from that checkpoint.
+    """
+
+    EXIT_CODE = 75  # EX_TEMPFAIL: a temporary failure, run me again
+    SIGNALS = tuple(
+        getattr(signal, name) for name in ("SIGTERM", "SIGUSR1") if hasattr(signal, name)
+    )
+
+    def __init__(self) -> None:
+        self.requested: int | None = None  # the signal received, if any
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "Preemption":
+        for signum in self.SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._request)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _request(self, signum: int, frame: object) -> None:
+        self.requested = signum
+
+
+class Preempted(Exception):
+    """Raised after the preemption checkpoint is written."""

@@ -1,0 +1,121 @@
+"""Data: the embedded diabetes table, your own CSV file, one preprocessing for both."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_diabetes
+
+from tabular_regression.config import ConfigError, load_config
+from tabular_regression.data import Preprocess, build_datasets, split
+from tabular_regression.train import main
+from tabular_regression.tune import main as tune
+
+
+def test_diabetes_split_is_fixed(cfg):
+    first, again = build_datasets(cfg), build_datasets(load_config(["--seed", "7"]))
+    assert first.fingerprint == again.fingerprint  # the split does not move with --seed
+    assert (len(first.train), len(first.val)) == (353, 89)
+    assert first.preprocess.feature_names == tuple(load_diabetes().feature_names)
+    assert first.preprocess.target_column == "target"
+
+
+def test_standardisation_uses_the_training_split_only(cfg):
+    data = build_datasets(cfg)
+    diabetes = load_diabetes(scaled=False)
+    train_idx, _ = split(len(diabetes.target), cfg.val_fraction)
+    expected_mean = diabetes.data[train_idx].mean(axis=0)
+    np.testing.assert_allclose(data.preprocess.feature_mean, expected_mean, rtol=1e-12)
+    assert data.preprocess.target_mean == pytest.approx(diabetes.target[train_idx].mean())
+    for tensor in (data.train.inputs, data.train.targets):
+        assert torch.allclose(tensor.mean(dim=0), torch.zeros(()), atol=1e-5)
+        assert torch.allclose(tensor.std(dim=0, correction=0), torch.ones(()), atol=1e-5)
+    assert data.val.inputs.mean(dim=0).abs().max() > 1e-3  # validation rows are not refitted
+
+
+def test_targets_go_back_to_their_own_units(cfg):
+    preprocess = build_datasets(cfg).preprocess
+    target = load_diabetes().target[:5]
+    restored = preprocess.to_target_units(preprocess.to_model_units(target))
+    np.testing.assert_allclose(restored, target, rtol=1e-6)
+
+
+def test_an_empty_data_file_argument_means_the_embedded_table():
+    assert load_config(["--data_file", "none"]).data_file is None
+
+
+def test_preprocess_round_trips_through_json(tmp_path, cfg):
+    preprocess = build_datasets(cfg).preprocess
+    preprocess.save(tmp_path / "preprocess.json")
+    assert Preprocess.load(tmp_path / "preprocess.json") == preprocess
+
+
+def test_csv_file_uses_the_same_preprocessing(tmp_path, make_table):
+    path = make_table(tmp_path / "table.csv")
+    cfg = load_config(["--data_file", str(path), "--target_column", "a"])  # any column
+    data = build_datasets(cfg)
+    assert data.preprocess.feature_names == ("b", "c", "y")
+    rows = np.loadtxt(path, delimiter=",", skiprows=1)
+    train_idx, val_idx = split(len(rows), cfg.val_fraction)
+    assert torch.equal(data.val.inputs, data.preprocess(rows[val_idx][:, 1:]))
+    assert torch.equal(data.train.targets, data.preprocess.to_model_units(rows[train_idx, 0]))
+
+
+def test_training_on_a_csv_file(tmp_path, make_table):
+    path = make_table(tmp_path / "table.csv")
+    args = ["--data_file", str(path), "--target_column", "y", "--batch_size", "16"]
+    summary = main(["--output_dir", str(tmp_path / "run"), *args, "--fast_dev_run"])
+    assert summary["steps"] == 4 and summary["metric"] == "r2"
+
+
+HEADER = "a,b,y\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("", "is empty; expected a header row"),
+        (HEADER, "has 0 data rows; at least 10"),
+        (HEADER + "1,2,3\n" * 5, "has 5 data rows; at least 10"),
+        ("a,b,price\n" + "1,2,3\n" * 12, "has no column 'y' (its columns: a, b, price)"),
+        ("y\n" + "1\n" * 12, "holds only the target column"),
+        ("a,a,y\n" + "1,2,3\n" * 12, "names column 'a' twice"),
+        (HEADER + "1,2,3\n" * 6 + "1,male,3\n", "column 'b' holds 'male' on line 8"),
+        (HEADER + "1,2,3\n" * 6 + "1,,3\n", "column 'b' holds an empty cell on line 8"),
+        (HEADER + "nan,2,3\n" * 12, "column 'a' holds 'nan' on line 2"),
+        (HEADER + "1,2,3\n" * 6 + "1,2\n", "line 8 has 2 fields, the header has 3"),
+        (HEADER + "1,2,3\n" * 12, "is constant in the training split"),
+    ],
+    ids=[
+        "empty",
+        "header-only",
+        "too-few-rows",
+        "no-target",
+        "no-features",
+        "duplicate-column",
+        "non-numeric",
+        "missing-value",
+        "not-finite",
+        "ragged",
+        "constant-target",
+    ],
+)
+def test_unusable_csv_file_is_a_one_line_error_naming_it(tmp_path, content, problem):
+    path = tmp_path / "table.csv"
+    path.write_text(content)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--output_dir", str(tmp_path), "--data_file", str(path), "--target_column", "y"])
+    message = str(exit_info.value.code)
+    assert "\n" not in message
+    assert message.startswith("error: --")
+    assert f"'{path}'" in message
+    assert problem in message
+
+
+def test_a_missing_data_file_is_refused_before_training(tmp_path):
+    with pytest.raises(ConfigError, match="--data_file: '.*missing.csv' is not a file"):
+        load_config(["--data_file", str(tmp_path / "missing.csv")])
+
+
+def test_tune_sweeps_batch_size_only_on_in_memory_tables():
+    results = tune(["--workers", "0,2", "--batch_sizes", "16", "--steps", "2"])
+    assert [row["num_workers"] for row in results] == [0]

@@ -1,0 +1,76 @@
+"""Classify texts with a trained model.
+
+    python -m text_classification.predict outputs/run/model "The plot was not bad at all." [...]
+    python -m text_classification.predict outputs/run/model --file texts.txt  # a text per line
+
+Loads model/ as training wrote it: the weights, the config that shaped the network, and the
+vocabulary built from the training texts, so inference tokenizes as training did. Prints
+one line per text: the label, a tab, the text.
+"""
+
+import logging
+import sys
+from pathlib import Path
+
+import torch
+import yaml
+from torch import nn
+
+from .checkpoint import load_weights
+from .config import TrainConfig
+from .data import Preprocess, pad_batch
+from .model import build_model
+
+log = logging.getLogger(__package__)
+BATCH_SIZE = 256  # texts per forward pass: bounds memory for a long file
+USAGE = f"usage: python -m {__package__}.predict MODEL_DIR (TEXT [TEXT ...] | --file PATH)"
+
+
+def load_trained(model_dir: str | Path) -> tuple[nn.Module, Preprocess]:
+    """The trained model in eval mode on the CPU, and the preprocessing it was trained with."""
+    model_dir = Path(model_dir)
+    cfg = TrainConfig(**yaml.safe_load((model_dir / "config.yaml").read_text()))
+    preprocess = Preprocess.load(model_dir / "preprocess.json")
+    model = build_model(cfg, preprocess)
+    return load_weights(model, model_dir).eval(), preprocess
+
+
+@torch.inference_mode()
+def predict(model: nn.Module, preprocess: Preprocess, texts: list[str]) -> list[str]:
+    """The label of each text; texts longer than max_length tokens are truncated, as in training."""
+    limit = preprocess.max_length
+    long = sum(len(preprocess.tokenize(text)) > limit for text in texts)
+    if long:
+        log.warning("truncated %d of %d texts to %d tokens", long, len(texts), limit)
+    labels = []
+    for start in range(0, len(texts), BATCH_SIZE):
+        samples = [
+            (torch.tensor(preprocess(text), dtype=torch.long), torch.tensor(0))
+            for text in texts[start : start + BATCH_SIZE]
+        ]
+        tokens, _ = pad_batch(samples)
+        labels += [preprocess.class_names[i] for i in model(tokens).argmax(dim=1).tolist()]
+    return labels
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 2 or (args[1] == "--file" and len(args) != 3):
+        raise SystemExit(USAGE)
+    if args[1] == "--file":
+        try:
+            lines = Path(args[2]).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as error:
+            raise SystemExit(f"error: --file '{args[2]}': cannot read it ({error})") from None
+        texts = [line for line in lines if line.strip()]
+    else:
+        texts = args[1:]
+    if not texts or not all(text.strip() for text in texts):
+        raise SystemExit("error: every text must have at least one non-space character")
+    model, preprocess = load_trained(args[0])
+    for text, label in zip(texts, predict(model, preprocess, texts), strict=True):
+        print(f"{label}\t{text}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from accelerate.state import AcceleratorState, GradientState, PartialState
+
+from text_classification.config import load_config
+from text_classification.reviews import generate_reviews
+
+
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    """Each training run in a test starts from a clean Accelerate state, as a new process would."""
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    PartialState._reset_state()
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread, and tests may run in parallel."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def short_run(tmp_path):
+    """Arguments for a short run into a fresh output directory; extra arguments override."""
+
+    def args(*extra: str, output_dir=None) -> list[str]:
+        fields = {
+            "output_dir": output_dir or tmp_path / "run",
+            "max_steps": 6,
+            "log_every": 1,
+            "eval_every": 3,
+            "checkpoint_every": 3,
+        }
+        return [f"--{name}={value}" for name, value in fields.items()] + list(extra)
+
+    return args
+
+
+@pytest.fixture
+def cfg():
+    return load_config([])
+
+
+@pytest.fixture(scope="session")
+def embedded_args():
+    """Arguments for the embedded data where a test needs epochs of at most 28 steps."""
+    return ["--batch_size", "256"]  # 4,800 training reviews make 18 steps of 256
+
+
+@pytest.fixture(scope="session")
+def user_data():
+    """Arguments that train on a small dataset in the user's format, written under `root`:
+    a CSV file of 200 reviews, batched by 2 loader workers. 20 steps of 8 make an epoch."""
+
+    def args(root: Path) -> list[str]:
+        data_file = _text_file(root / "reviews.csv", *generate_reviews(200, seed=1))
+        fields = {"data_file": data_file, "batch_size": 8, "num_workers": 2}
+        return [f"--{name}={value}" for name, value in fields.items()]
+
+    return args
+
+
+@pytest.fixture(scope="session")
+def make_text_file():
+    return _text_file
+
+
+def _text_file(path: Path, texts: list[str], labels: list, fields=("text", "label")) -> Path:
+    """Texts and labels as a CSV file with a header, or as JSONL: one object per line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [dict(zip(fields, row, strict=True)) for row in zip(texts, labels, strict=True)]
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    else:
+        with path.open("w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
+    return path

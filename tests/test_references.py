@@ -1,0 +1,148 @@
+"""reference_projects/: what the template renders today, with results, and the check for drift.
+
+The tests render the reference projects (a fraction of a second each) and never train them:
+`python -m generator references sync` does that, and its results are exempt from the check.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from generator import REPO_ROOT
+from generator.answers import load_space
+from generator.cli import main
+from generator.references import (
+    COMMIT,
+    CURVES_PNG,
+    INDEX,
+    LOADED_TASK,
+    REFERENCES_DIR,
+    RESULTS_JSON,
+    RESULTS_MD,
+    SRC_PATH,
+    references,
+)
+from generator.render import ANSWERS_FILE
+
+SPACE = load_space()
+REFS = references(SPACE)
+JUNK = shutil.ignore_patterns("__pycache__", "*.py[co]", ".pytest_cache", "outputs")
+
+
+def copy_references(tmp_path: Path) -> Path:
+    root = tmp_path / "reference_projects"
+    shutil.copytree(REFERENCES_DIR, root, ignore=JUNK)
+    return root
+
+
+def test_one_per_task_and_a_loaded_one() -> None:
+    tasks = next(axis for axis in SPACE.axes if axis.name == "task_type").choices
+    assert [ref.answers["task_type"] for ref in REFS[:-1]] == list(tasks)
+    for ref in REFS[:-1]:  # the task's defaults, named after the task
+        assert set(ref.answers) == {"project_name", "task_type"}
+        assert ref.name == ref.answers["task_type"]
+    loaded = REFS[-1]
+    assert loaded.answers["task_type"] == LOADED_TASK
+    # Every option on: each question apart from the task is answered with a non-default.
+    for axis in SPACE.axes:
+        if axis.name != "task_type":
+            assert loaded.answers[axis.name] != axis.default, axis.name
+
+
+def test_check_passes_on_the_committed_folder(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["references", "check"]) == 0, capsys.readouterr().out
+    assert "in sync" in capsys.readouterr().out
+
+
+def test_check_lists_modified_missing_and_extra_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_references(tmp_path)
+    project = root / REFS[0].name
+    package = yaml.safe_load((project / ANSWERS_FILE).read_text(encoding="utf-8"))["package_name"]
+    with (project / "src" / package / "model.py").open("a", encoding="utf-8") as file:
+        file.write("# edited by hand\n")
+    (project / "Makefile").unlink()
+    (project / "src" / package / "extra.py").write_text("", encoding="utf-8")
+    # Ignored by the project's .gitignore: not compared.
+    (project / "outputs").mkdir()
+    (project / "outputs" / "summary.json").write_text("{}", encoding="utf-8")
+    (project / "src" / package / "__pycache__").mkdir()
+    # The results are exempt from the comparison.
+    (project / RESULTS_MD).write_text("# other results\n", encoding="utf-8")
+
+    assert main(["references", "check", "--root", str(root), "--only", REFS[0].name]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    name = REFS[0].name
+    assert lines[:3] == [
+        f"{name}/Makefile: missing",
+        f"{name}/src/{package}/extra.py: extra",
+        f"{name}/src/{package}/model.py: differs",
+    ]
+    assert len(lines) == 4 and "3 file(s)" in lines[3] and "references sync" in lines[3]
+
+
+def test_check_covers_the_answers_file_results_and_index(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = copy_references(tmp_path)
+    first, last = REFS[0].name, REFS[-1].name
+    answers = root / first / ANSWERS_FILE
+    answers.write_text(answers.read_text(encoding="utf-8").replace(SRC_PATH, "/elsewhere"))
+    (root / last / CURVES_PNG).unlink()
+    (root / "stray").mkdir()
+    index = root / INDEX
+    index.write_text(index.read_text(encoding="utf-8") + "edited\n", encoding="utf-8")
+
+    assert main(["references", "check", "--root", str(root)]) == 1
+    problems = capsys.readouterr().out.splitlines()[:-1]
+    assert problems == [
+        f"{first}/{ANSWERS_FILE}: differs",
+        f"{last}/{CURVES_PNG}: missing (run `python -m generator references sync`)",
+        "stray: extra (not a reference project)",
+        f"{INDEX}: differs from the index of the results",
+    ]
+
+
+def test_answers_file_is_normalised() -> None:
+    for ref in REFS:
+        project = REFERENCES_DIR / ref.name
+        answers = yaml.safe_load((project / ANSWERS_FILE).read_text(encoding="utf-8"))
+        assert answers["_commit"] == COMMIT
+        assert answers["_src_path"] == SRC_PATH
+        # `copier update` inside the project resolves _src_path from there: this repository.
+        assert (project / SRC_PATH).resolve() == REPO_ROOT
+        assert {k: answers[k] for k in ref.answers} == ref.answers
+
+
+def test_results_and_index_name_every_project() -> None:
+    index = (REFERENCES_DIR / INDEX).read_text(encoding="utf-8")
+    assert "python -m generator references sync" in index
+    assert "python -m generator references check" in index
+    for ref in REFS:
+        project = REFERENCES_DIR / ref.name
+        results = (project / RESULTS_MD).read_text(encoding="utf-8")
+        assert results.startswith(f"# Results: {ref.project_name}\n")
+        assert CURVES_PNG in results and "samples/s" in results
+        assert (project / CURVES_PNG).read_bytes().startswith(b"\x89PNG")
+        assert (project / RESULTS_JSON).is_file()
+        assert f"[{ref.name}]({ref.name}/)" in index
+        assert f"({ref.name}/{RESULTS_MD})" in index
+
+
+@pytest.mark.parametrize("action", ["sync", "check", "test"])
+def test_unknown_name_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], action: str
+) -> None:
+    root = tmp_path / "root"
+    assert main(["references", action, "--root", str(root), "--only", "nope"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert f"references {action}: error:" in captured.err and "'nope'" in captured.err
+    assert all(ref.name in captured.err for ref in REFS)
+    assert not root.exists()
