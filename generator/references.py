@@ -252,15 +252,7 @@ def train_reference(ref: Reference, folder: Path, options: Options) -> Trained:
     shown = shlex.join(["python", *command[1:], "--output_dir", str(out)])
     try:
         start = time.perf_counter()
-        result = subprocess.run(
-            [*command, "--output_dir", str(out)],
-            cwd=project,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=TIMEOUT_S,
-        )
+        result = _run([*command, "--output_dir", str(out)], project, env)
         process_s = time.perf_counter() - start
         if result.returncode != 0:
             message = f"$ {shown}\nexited {result.returncode}\n{tail(result.stdout)}"
@@ -481,16 +473,21 @@ def run_project_tests(
             env = project_env(ref.answers, Options(Path(scratch), "cpu"))
             env |= {"PYTHONDONTWRITEBYTECODE": "1"}
             start = time.perf_counter()
-            result = subprocess.run(
-                pytest,
-                cwd=root / ref.name,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=TIMEOUT_S,
-            )
+            result = _run(pytest, root / ref.name, env)
         seconds = time.perf_counter() - start
         results.append((ref, result.returncode == 0, seconds, tail(result.stdout, 30)))
         on_done(results[-1])
     return results
+
+
+def _run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run `command` in `cwd`, its output and errors together in one text, within TIMEOUT_S."""
+    return subprocess.run(
+        command,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
