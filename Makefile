@@ -40,11 +40,14 @@ demo: setup
 	cd build/demo && PYTHONPATH=src $(PY) -m \
 		$$($(PY) -c 'from generator.render import package_of; print(package_of("."))').train
 
-# The pairwise check renders, lints, trains, resumes and exports every pair of choices, and
-# runs a sample's own tests: the tests leave running projects to it.
+# The tests run the reference projects' own suites; the pairwise check then renders, lints,
+# trains, resumes and exports every pair of choices, and runs the own tests of a few more
+# combinations, enough to use every choice the reference projects leave out (rest).
+# worksteal: a few tests take minutes (a project's whole suite); an idle worker takes over
+# queued ones instead of waiting for a busy worker's share to run out.
 test: setup
-	$(PY) -m pytest -n $(PYTEST_WORKERS)
-	$(PY) -m generator check --pairwise --device cpu --jobs $(CHECK_JOBS) \
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal
+	$(PY) -m generator check --pairwise --device cpu --jobs $(CHECK_JOBS) --project-tests rest \
 		--report build/check/pairwise
 
 check: setup

@@ -26,7 +26,7 @@ from generator.render import render
 from generator.report import write_report
 from generator.selection import Shard, select
 
-SAMPLES = ("sample", "all", "none")
+SAMPLES = ("sample", "rest", "all", "none")
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -76,9 +76,10 @@ def get_parser() -> argparse.ArgumentParser:
         "--project-tests",
         choices=SAMPLES,
         default="sample",
-        help="which combinations also run their own tests: sample (default), all or none; the "
-        "sample is a greedy cover of the selection that uses each of its choices once or more, "
-        "taken before --shard",
+        help="which combinations also run their own tests: sample (default), rest, all or "
+        "none; the sample is a greedy cover of the selection that uses each of its choices once "
+        "or more, taken before --shard; rest covers only the choices the reference projects "
+        "leave unused, for runs whose reference projects' tests run too (make test)",
     )
     check.add_argument(
         "--report", type=Path, metavar="DIR", help="write DIR/report.json and DIR/report.md"
@@ -220,8 +221,9 @@ def _check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     space = load_space()
     shard = Shard.parse(args.shard)
     fixed, selection = select(space, args.sets, pairwise_only=args.pairwise)
-    if args.project_tests == "sample":
-        sample = covering(space, selection)
+    if args.project_tests in ("sample", "rest"):
+        covered = references.covered_choices(space) if args.project_tests == "rest" else ()
+        sample = covering(space, selection, covered)
     else:
         sample = selection if args.project_tests == "all" else []
     combinations = shard.take(selection, space.slug)

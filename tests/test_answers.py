@@ -125,3 +125,15 @@ def test_the_real_answer_space() -> None:
     assert "reserved_package_names" not in space.questions
     used = {pair for combo in covering(space) for pair in combo.items()}
     assert used == {(axis.name, c) for axis in space.axes for c in axis.choices}
+
+
+def test_covering_leaves_out_choices_covered_elsewhere(sample) -> None:
+    first = sample.axes[0]
+    covered = {(first.name, choice) for choice in first.choices}
+    chosen = covering(sample, covered=covered)
+    used = {pair for combo in chosen for pair in combo.items()}
+    rest = {(axis.name, c) for axis in sample.axes[1:] for c in axis.choices}
+    assert rest <= used
+    assert len(chosen) == max(len(axis.choices) for axis in sample.axes[1:])
+    everything = {(axis.name, c) for axis in sample.axes for c in axis.choices}
+    assert covering(sample, covered=everything) == []

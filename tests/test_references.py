@@ -1,7 +1,8 @@
 """reference_projects/: what the template renders today, with results, and the check for drift.
 
-The tests render the reference projects (a fraction of a second each) and never train them:
-`python -m generator references sync` does that, and its results are exempt from the check.
+The tests render the reference projects (a fraction of a second each) and run each one's own
+suite where it lies; they never train them for their results: `python -m generator references
+sync` does that, and its results are exempt from the check.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import yaml
 from generator import REPO_ROOT
 from generator.answers import load_space
 from generator.cli import main
+from generator.cover import covering
 from generator.references import (
     COMMIT,
     CURVES_PNG,
@@ -24,9 +26,11 @@ from generator.references import (
     RESULTS_JSON,
     RESULTS_MD,
     SRC_PATH,
+    covered_choices,
     references,
 )
 from generator.render import ANSWERS_FILE
+from generator.selection import select
 
 SPACE = load_space()
 REFS = references(SPACE)
@@ -146,3 +150,40 @@ def test_unknown_name_is_refused(
     assert f"references {action}: error:" in captured.err and "'nope'" in captured.err
     assert all(ref.name in captured.err for ref in REFS)
     assert not root.exists()
+
+
+# --- the projects' own tests: each committed project's suite, run where it lies
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [ref.name for ref in REFS])
+def test_project_passes_its_own_tests(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["references", "test", "--only", name]) == 0, capsys.readouterr().out
+    assert capsys.readouterr().out.startswith(f"pass  {name} ")
+
+
+def test_a_failing_project_test_fails_the_command_and_shows_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = REFS[0].name
+    tests = tmp_path / name / "tests"
+    tests.mkdir(parents=True)
+    (tests / "test_broken.py").write_text("def test_broken():\n    assert 1 == 2\n")
+    assert main(["references", "test", "--root", str(tmp_path), "--only", name]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"FAIL  {name} ") and "assert 1 == 2" in out
+    assert sorted(path.name for path in tests.iterdir()) == ["test_broken.py"]  # nothing written
+
+
+def test_rest_of_the_sample_covers_what_the_references_leave() -> None:
+    """`check --project-tests rest` (make test) tests only the choices no reference uses."""
+    covered = covered_choices(SPACE)
+    for ref in REFS:
+        answers = SPACE.defaults() | ref.answers
+        assert {(axis.name, answers[axis.name]) for axis in SPACE.axes} <= covered
+    _, pairwise_set = select(SPACE, pairwise_only=True)
+    rest = covering(SPACE, pairwise_set, covered)
+    assert all(combo in pairwise_set for combo in rest)
+    every = {(axis.name, choice) for axis in SPACE.axes for choice in axis.choices}
+    assert covered | {choice for combo in rest for choice in combo.items()} == every
+    assert len(rest) < len(covering(SPACE, pairwise_set))

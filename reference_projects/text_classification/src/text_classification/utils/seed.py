@@ -32,7 +32,10 @@ def seed_everything(seed: int, deterministic: bool = False) -> torch.Generator:
     # Autotuning picks the fastest kernel per input shape; our training shapes are fixed
     # (drop_last), so it pays off whenever results need not be bit-exact.
     torch.backends.cudnn.benchmark = not deterministic
-    torch.use_deterministic_algorithms(deterministic)
+    # Switching this imports torch's compiler configuration, about a second of start-up on
+    # a CPU, so switch only when the setting changes.
+    if torch.are_deterministic_algorithms_enabled() != deterministic:
+        torch.use_deterministic_algorithms(deterministic)
 
     return torch.Generator().manual_seed(seed)
 
