@@ -52,8 +52,9 @@ def cfg():
 def embedded_args():
     """Arguments for the embedded data where a test needs epochs of at most 28 steps."""
     # The first 20 KB of the docs: 18 KB of training text make 17 steps of 32 windows; the
-    # default run is one epoch, so ask for enough of them.
-    return ["--corpus_bytes", "20000", "--epochs", "10"]
+    # default run is one epoch, so ask for enough of them. A two-layer model: these tests run
+    # the same 60 steps several times, and resuming exactly does not depend on its size.
+    return ["--corpus_bytes", "20000", "--epochs", "10", "--width", "64", "--layers", "2"]
 
 
 @pytest.fixture(scope="session")
@@ -62,8 +63,8 @@ def user_data():
     a folder of three .txt files, 6 KB of text. 20 steps of 8 windows make an epoch."""
 
     def args(root: Path) -> list[str]:
-        data_path = _text_folder(root / "texts", files=3, size=2000)
-        fields = {"data_path": data_path, "batch_size": 8, "epochs": 10}
+        data_dir = _text_folder(root / "texts", files=3, size=2000)
+        fields = {"data_dir": data_dir, "batch_size": 8, "epochs": 10}
         return [f"--{name}={value}" for name, value in fields.items()]
 
     return args

@@ -75,8 +75,8 @@ def test_overfit_batches_trains_and_evaluates_on_the_same_windows():
     assert data.train is data.val and len(data.train) == 4
 
 
-def test_an_empty_data_path_argument_means_the_embedded_docs():
-    assert load_config(["--data_path", "none"]).data_path is None
+def test_an_empty_data_dir_argument_means_the_embedded_docs():
+    assert load_config(["--data_dir", "none"]).data_dir is None
 
 
 def test_a_folder_of_text_files_is_read_in_sorted_order(tmp_path):
@@ -85,21 +85,21 @@ def test_a_folder_of_text_files_is_read_in_sorted_order(tmp_path):
     (tmp_path / "sub" / "c.txt").write_text("third, naïve " * 20, encoding="utf-8")
     (tmp_path / "a.txt").write_text("first file " * 20, encoding="utf-8")
     (tmp_path / "notes.md").write_text("not a .txt file")
-    cfg = load_config(["--data_path", str(tmp_path), "--context", "16"])
+    cfg = load_config(["--data_dir", str(tmp_path), "--context", "16"])
     data = build_datasets(cfg)
     expected = "\n".join(["first file " * 20, "second file " * 20, "third, naïve " * 20])
     train_ids, _ = split(data.preprocess.encode(expected), cfg.val_fraction)
     assert torch.equal(data.train_targets, train_ids)
 
 
-def test_training_on_a_text_file(tmp_path, make_text_folder):
+def test_training_on_a_folder_of_text(tmp_path, make_text_folder):
     root = make_text_folder(tmp_path / "texts", files=1, size=3000)
     summary = main(
         [
             "--output_dir",
             str(tmp_path / "run"),
-            "--data_path",
-            str(root / "part0.txt"),
+            "--data_dir",
+            str(root),
             "--batch_size",
             "8",
             "--fast_dev_run",
@@ -111,7 +111,8 @@ def test_training_on_a_text_file(tmp_path, make_text_folder):
 @pytest.mark.parametrize(
     ("layout", "expected"),
     [
-        ("missing", "does not exist"),
+        ("missing", "is not a directory"),
+        ("a_file", "good.txt' is not a directory"),
         ("no_text_files", "holds no .txt files"),
         ("empty", "empty.txt' holds no text"),
         ("blank", "empty.txt' holds no text"),
@@ -124,7 +125,9 @@ def test_unusable_text_is_a_one_line_error_naming_the_file(tmp_path, layout, exp
     root.mkdir()
     (root / "good.txt").write_text("Some perfectly good text. " * 10)
     if layout == "missing":
-        root = root / "no-such-file.txt"
+        root = root / "no-such-folder"
+    elif layout == "a_file":
+        root = root / "good.txt"
     elif layout == "no_text_files":
         (root / "good.txt").rename(root / "good.md")
     elif layout in ("empty", "blank"):
@@ -132,8 +135,7 @@ def test_unusable_text_is_a_one_line_error_naming_the_file(tmp_path, layout, exp
     elif layout == "latin1":
         (root / "latin.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
     elif layout == "too_short":
-        root = root / "good.txt"
-        root.write_text("Too short.")
-    with pytest.raises(ConfigError, match="--data_path") as error:
-        build_datasets(load_config(["--data_path", str(root)]))
+        (root / "good.txt").write_text("Too short.")
+    with pytest.raises(ConfigError, match="--data_dir") as error:
+        build_datasets(load_config(["--data_dir", str(root)]))
     assert expected in str(error.value) and "\n" not in str(error.value)

@@ -57,11 +57,12 @@ def embedded_args():
 @pytest.fixture(scope="session")
 def user_data():
     """Arguments that train on a small dataset in the user's format, written under `root`:
-    a CSV file of 200 rows whose target column is `y`. 20 steps of 8 rows make an epoch."""
+    a folder with train.csv, 200 rows whose target column is `y`. 20 steps of 8 rows make an
+    epoch."""
 
     def args(root: Path) -> list[str]:
-        data_file = _table(root / "table.csv", rows=200)
-        fields = {"data_file": data_file, "target_column": "y", "batch_size": 8}
+        data_dir = _table(root / "table" / "train.csv", rows=200).parent
+        fields = {"data_dir": data_dir, "target_column": "y", "batch_size": 8}
         return [f"--{name}={value}" for name, value in fields.items()]
 
     return args

@@ -1,4 +1,4 @@
-"""Data: the embedded diabetes table, your own CSV file, one preprocessing for both."""
+"""Data: the embedded diabetes table, your own CSV files, one preprocessing for both."""
 
 import numpy as np
 import pytest
@@ -39,8 +39,8 @@ def test_targets_go_back_to_their_own_units(cfg):
     np.testing.assert_allclose(restored, target, rtol=1e-6)
 
 
-def test_an_empty_data_file_argument_means_the_embedded_table():
-    assert load_config(["--data_file", "none"]).data_file is None
+def test_an_empty_data_dir_argument_means_the_embedded_table():
+    assert load_config(["--data_dir", "none"]).data_dir is None
 
 
 def test_preprocess_round_trips_through_json(tmp_path, cfg):
@@ -50,8 +50,8 @@ def test_preprocess_round_trips_through_json(tmp_path, cfg):
 
 
 def test_csv_file_uses_the_same_preprocessing(tmp_path, make_table):
-    path = make_table(tmp_path / "table.csv")
-    cfg = load_config(["--data_file", str(path), "--target_column", "a"])  # any column
+    path = make_table(tmp_path / "train.csv")
+    cfg = load_config(["--data_dir", str(tmp_path), "--target_column", "a"])  # any column
     data = build_datasets(cfg)
     assert data.preprocess.feature_names == ("b", "c", "y")
     rows = np.loadtxt(path, delimiter=",", skiprows=1)
@@ -60,9 +60,28 @@ def test_csv_file_uses_the_same_preprocessing(tmp_path, make_table):
     assert torch.equal(data.train.targets, data.preprocess.to_model_units(rows[train_idx, 0]))
 
 
+def test_val_csv_holds_the_validation_rows_in_any_column_order(tmp_path, make_table):
+    train = np.loadtxt(make_table(tmp_path / "train.csv", rows=40), delimiter=",", skiprows=1)
+    val = np.loadtxt(make_table(tmp_path / "other.csv", rows=12, seed=1), delimiter=",", skiprows=1)
+    columns = [3, 0, 2, 1]  # y, a, c, b
+    np.savetxt(tmp_path / "val.csv", val[:, columns], delimiter=",", header="y,a,c,b", comments="")
+    data = build_datasets(load_config(["--data_dir", str(tmp_path), "--target_column", "y"]))
+    assert (len(data.train), len(data.val)) == (40, 12)
+    np.testing.assert_allclose(data.preprocess.feature_mean, train[:, :3].mean(axis=0))
+    assert torch.equal(data.val.inputs, data.preprocess(val[:, :3]))
+    assert torch.equal(data.val.targets, data.preprocess.to_model_units(val[:, 3]))
+
+
+def test_val_csv_with_other_columns_is_refused(tmp_path, make_table):
+    make_table(tmp_path / "train.csv")
+    (tmp_path / "val.csv").write_text("a,b,y\n1,2,3\n4,5,6\n")
+    with pytest.raises(ConfigError, match=r"val.csv' has columns a, b, y; expected .*a, b, c, y"):
+        build_datasets(load_config(["--data_dir", str(tmp_path), "--target_column", "y"]))
+
+
 def test_training_on_a_csv_file(tmp_path, make_table):
-    path = make_table(tmp_path / "table.csv")
-    args = ["--data_file", str(path), "--target_column", "y", "--batch_size", "16"]
+    make_table(tmp_path / "train.csv")
+    args = ["--data_dir", str(tmp_path), "--target_column", "y", "--batch_size", "16"]
     summary = main(["--output_dir", str(tmp_path / "run"), *args, "--fast_dev_run"])
     assert summary["steps"] == 4 and summary["metric"] == "r2"
 
@@ -100,10 +119,12 @@ HEADER = "a,b,y\n"
     ],
 )
 def test_unusable_csv_file_is_a_one_line_error_naming_it(tmp_path, content, problem):
-    path = tmp_path / "table.csv"
+    path = tmp_path / "data" / "train.csv"
+    path.parent.mkdir()
     path.write_text(content)
+    args = ["--data_dir", str(path.parent), "--target_column", "y"]
     with pytest.raises(SystemExit) as exit_info:
-        main(["--output_dir", str(tmp_path), "--data_file", str(path), "--target_column", "y"])
+        main(["--output_dir", str(tmp_path / "run"), *args])
     message = str(exit_info.value.code)
     assert "\n" not in message
     assert message.startswith("error: --")
@@ -111,9 +132,12 @@ def test_unusable_csv_file_is_a_one_line_error_naming_it(tmp_path, content, prob
     assert problem in message
 
 
-def test_a_missing_data_file_is_refused_before_training(tmp_path):
-    with pytest.raises(ConfigError, match="--data_file: '.*missing.csv' is not a file"):
-        load_config(["--data_file", str(tmp_path / "missing.csv")])
+def test_a_missing_data_dir_or_train_csv_is_refused_before_training(tmp_path):
+    with pytest.raises(ConfigError, match="--data_dir: '.*missing' is not a directory"):
+        load_config(["--data_dir", str(tmp_path / "missing")])
+    (tmp_path / "table.csv").write_text("a,y\n1,2\n")
+    with pytest.raises(ConfigError, match=r"holds no train.csv \(it holds: table.csv\)"):
+        build_datasets(load_config(["--data_dir", str(tmp_path)]))
 
 
 def test_tune_sweeps_batch_size_only_on_in_memory_tables():

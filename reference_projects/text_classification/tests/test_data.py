@@ -49,9 +49,10 @@ def test_split_is_stratified_and_fixed(cfg):
 
 
 def test_vocabulary_comes_from_the_training_split_only(tmp_path, make_text_file):
-    train = make_text_file(tmp_path / "train.csv", TEXTS, LABELS)
-    val = make_text_file(tmp_path / "val.csv", ["Zebras were good."], ["pos"])
-    data = build_datasets(load_config(["--data_file", str(train), "--val_file", str(val)]))
+    make_text_file(tmp_path / "train.csv", TEXTS, LABELS)
+    make_text_file(tmp_path / "val.csv", ["Zebras were good."], ["pos"])
+    data = build_datasets(load_config(["--data_dir", str(tmp_path)]))
+    assert len(data.train) == len(TEXTS) and data.val.texts == ["Zebras were good."]
     preprocess = data.preprocess
     assert preprocess.vocabulary[:2] == ("<pad>", "<unk>")
     assert "zebras" not in preprocess.vocabulary
@@ -82,10 +83,8 @@ def test_batches_are_padded_to_their_own_longest_text(cfg):
 
 def test_long_texts_are_truncated_with_one_warning(tmp_path, make_text_file, caplog, monkeypatch):
     texts = [" ".join(["word"] * (10 + i)) for i in range(6)]
-    data_file = make_text_file(tmp_path / "long.csv", texts, LABELS)
-    cfg = load_config(
-        ["--data_file", str(data_file), "--max_length", "12", "--val_fraction", "0.5"]
-    )
+    make_text_file(tmp_path / "train.csv", texts, LABELS)
+    cfg = load_config(["--data_dir", str(tmp_path), "--max_length", "12", "--val_fraction", "0.5"])
     # train.py's logging setup stops propagation; caplog listens at the root logger.
     monkeypatch.setattr(logging.getLogger("text_classification"), "propagate", True)
     data = build_datasets(cfg)
@@ -97,8 +96,8 @@ def test_long_texts_are_truncated_with_one_warning(tmp_path, make_text_file, cap
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
 def test_user_files_with_named_fields_and_labels(tmp_path, make_text_file, suffix):
     fields = ("review", "stars")
-    data_file = make_text_file(tmp_path / f"data{suffix}", TEXTS * 2, LABELS * 2, fields)
-    args = ["--data_file", str(data_file), "--text_field", "review", "--label_field", "stars"]
+    make_text_file(tmp_path / f"train{suffix}", TEXTS * 2, LABELS * 2, fields)
+    args = ["--data_dir", str(tmp_path), "--text_field", "review", "--label_field", "stars"]
     data = build_datasets(load_config([*args, "--labels", "pos,neg"]))
     assert data.preprocess.class_names == ("pos", "neg")  # --labels fixes the class ids
     assert len(data.train) + len(data.val) == 12
@@ -109,21 +108,20 @@ def test_user_files_with_named_fields_and_labels(tmp_path, make_text_file, suffi
 @pytest.mark.parametrize(
     ("name", "content", "expected"),
     [
-        ("notes.txt", "text,label\nfine,pos\n", "expected a .csv or .jsonl file"),
-        ("empty.csv", "", "the file is empty"),
-        ("blank.jsonl", "\n  \n", "the file is empty"),
-        ("header.csv", "text,label\n", "holds a header but no examples"),
-        ("columns.csv", "review,label\nfine,pos\n", "no column 'text' in its header"),
-        ("short.csv", "text,label\nfine,pos\nbroken\n", "line 3: fewer fields than the header"),
-        ("empty_text.csv", "text,label\nfine,pos\n  ,neg\n", "line 3: the text is empty"),
-        ("no_label.jsonl", '{"text": "fine", "label": ""}\n', "line 1: the label is empty"),
-        ("bad.jsonl", '{"text": "a", "label": "p"}\n{"text": "b",\n', "line 2: not valid JSON"),
-        ("list.jsonl", '{"text": "a", "label": "p"}\n\n["b", "n"]\n', "line 3: expected a JSON"),
-        ("key.jsonl", '{"text": "a", "label": "p"}\n{"body": "b"}\n', "line 2: no key 'text'"),
-        ("number.jsonl", '{"text": 3, "label": "p"}\n', "line 1: 'text' is not a string"),
-        ("one_class.csv", "text,label\na,pos\nb,pos\n", "at least 2 labels"),
-        ("rare.csv", "text,label\na,pos\nb,pos\nc,neg\n", "label 'neg' has only 1 example"),
-        ("latin1.csv", "text,label\ncaf\xe9,pos\n", "not UTF-8 text"),
+        ("train.csv", "", "the file is empty"),
+        ("train.jsonl", "\n  \n", "the file is empty"),
+        ("train.csv", "text,label\n", "holds a header but no examples"),
+        ("train.csv", "review,label\nfine,pos\n", "no column 'text' in its header"),
+        ("train.csv", "text,label\nfine,pos\nbroken\n", "line 3: fewer fields than the header"),
+        ("train.csv", "text,label\nfine,pos\n  ,neg\n", "line 3: the text is empty"),
+        ("train.jsonl", '{"text": "fine", "label": ""}\n', "line 1: the label is empty"),
+        ("train.jsonl", '{"text": "a", "label": "p"}\n{"text": "b",\n', "line 2: not valid JSON"),
+        ("train.jsonl", '{"text": "a", "label": "p"}\n\n["b", "n"]\n', "line 3: expected a JSON"),
+        ("train.jsonl", '{"text": "a", "label": "p"}\n{"body": "b"}\n', "line 2: no key 'text'"),
+        ("train.jsonl", '{"text": 3, "label": "p"}\n', "line 1: 'text' is not a string"),
+        ("train.csv", "text,label\na,pos\nb,pos\n", "at least 2 labels"),
+        ("train.csv", "text,label\na,pos\nb,pos\nc,neg\n", "label 'neg' has only 1 example"),
+        ("train.csv", "text,label\ncaf\xe9,pos\n", "not UTF-8 text"),
     ],
 )
 def test_bad_user_files_are_one_line_errors_naming_file_and_problem(
@@ -132,25 +130,34 @@ def test_bad_user_files_are_one_line_errors_naming_file_and_problem(
     path = tmp_path / name
     path.write_bytes(content.encode("latin-1"))
     with pytest.raises(ConfigError) as error:
-        build_datasets(load_config(["--data_file", str(path)]))
+        build_datasets(load_config(["--data_dir", str(tmp_path)]))
     message = str(error.value)
-    assert expected in message and f"--data_file '{path}'" in message and "\n" not in message
+    assert expected in message and f"--data_dir '{path}'" in message and "\n" not in message
+
+
+def test_a_folder_without_one_training_file_is_refused(tmp_path, make_text_file):
+    (tmp_path / "notes.txt").write_text("text,label\nfine,pos\n")
+    with pytest.raises(ConfigError, match=r"holds no train.csv or train.jsonl \(it holds: notes"):
+        build_datasets(load_config(["--data_dir", str(tmp_path)]))
+    make_text_file(tmp_path / "train.csv", TEXTS, LABELS)
+    make_text_file(tmp_path / "train.jsonl", TEXTS, LABELS)
+    with pytest.raises(ConfigError, match=r"holds both train.csv and train.jsonl; keep one"):
+        build_datasets(load_config(["--data_dir", str(tmp_path)]))
 
 
 def test_labels_outside_the_known_set_are_refused(tmp_path, make_text_file):
-    train = make_text_file(tmp_path / "train.jsonl", TEXTS, LABELS)
-    val = make_text_file(tmp_path / "val.jsonl", ["Fine.", "Meh."], ["pos", "meh"])
-    with pytest.raises(ConfigError, match=r"--val_file '.*val.jsonl' line 2: label 'meh' never"):
-        build_datasets(load_config(["--data_file", str(train), "--val_file", str(val)]))
+    make_text_file(tmp_path / "train.jsonl", TEXTS, LABELS)
+    make_text_file(tmp_path / "val.jsonl", ["Fine.", "Meh."], ["pos", "meh"])
+    with pytest.raises(ConfigError, match=r"val.jsonl' line 2: label 'meh' never occurs in train"):
+        build_datasets(load_config(["--data_dir", str(tmp_path)]))
     with pytest.raises(ConfigError, match=r"train.jsonl' line 2: label 'neg' is not one of"):
-        build_datasets(load_config(["--data_file", str(train), "--labels", "pos,other"]))
+        build_datasets(load_config(["--data_dir", str(tmp_path), "--labels", "pos,other"]))
 
 
 @pytest.mark.parametrize(
     ("argv", "field"),
     [
-        (["--data_file", "missing.csv"], "--data_file"),
-        (["--val_file", "missing.csv"], "--val_file"),
+        (["--data_dir", "missing"], "--data_dir"),
         (["--width", "30"], "--width"),  # not a multiple of the 4 heads
         (["--labels", "a,,b"], "--labels"),
         (["--max_length", "0"], "--max_length"),
@@ -162,13 +169,13 @@ def test_bad_fields_are_refused_before_training(argv, field):
 
 
 def test_training_on_a_user_file(tmp_path, make_text_file):
-    data_file = make_text_file(tmp_path / "data.jsonl", *generate_reviews(100, seed=3))
+    make_text_file(tmp_path / "data" / "train.jsonl", *generate_reviews(100, seed=3))
     summary = main(
         [
             "--output_dir",
             str(tmp_path / "run"),
-            "--data_file",
-            str(data_file),
+            "--data_dir",
+            str(tmp_path / "data"),
             "--batch_size",
             "16",
             "--fast_dev_run",

@@ -30,7 +30,7 @@ class TrainConfig:
     cpu: bool = False  # force the CPU even when a GPU is present
     deterministic: bool = False  # bit-exact GPU runs, at a speed cost (see utils/seed.py)
     # --- data
-    data_path: str | None = None  # None: embedded Python docs; else a UTF-8 file or folder of .txt
+    data_dir: str | None = None  # None: embedded Python docs; else a folder of UTF-8 .txt files
     corpus_bytes: int = 0  # only the text's first N bytes, e.g. for quick experiments; 0: all
     val_fraction: float = 0.1  # the text's last share, held out for validation, in (0, 1)
     num_workers: int | str = 0  # unused: the text is held in memory, batches indexed there
@@ -187,8 +187,8 @@ def _validate(cfg: TrainConfig) -> None:
         value = getattr(cfg, name)
         if not test(value):
             raise ConfigError(f"--{name}: got {value!r}, expected {allowed}")
-    if cfg.data_path is not None and not Path(cfg.data_path).exists():
-        raise ConfigError(f"--data_path: '{cfg.data_path}' does not exist")
+    if cfg.data_dir is not None and not Path(cfg.data_dir).is_dir():
+        raise ConfigError(f"--data_dir: '{cfg.data_dir}' is not a directory")
     if cfg.width % cfg.heads:
         raise ConfigError(
             f"--width: got {cfg.width}, expected a multiple of --heads ({cfg.heads}): "

@@ -6,8 +6,8 @@ differ a little, and the data fingerprint in run.json tells them apart). It is p
 every CPython installation, so nothing is downloaded. Its licence is that of the Python
 documentation (the PSF License Agreement; https://docs.python.org/3/license.html).
 
-With `--data_path PATH`, PATH is one UTF-8 text file or a folder of `.txt` files (read in
-sorted order, searched recursively). The model reads bytes: a vocabulary of 256 that needs
+With `--data_dir DIR`, the text is every `.txt` file under DIR (UTF-8, searched recursively,
+read in sorted order). The model reads bytes: a vocabulary of 256 that needs
 no tokenizer and covers any text. The last `val_fraction` of the text is the validation
 split, a fixed contiguous region, so no validation sentence leaks into training.
 """
@@ -58,17 +58,17 @@ def embedded_text() -> str:
 
 
 def build_datasets(cfg: TrainConfig) -> Datasets:
-    if cfg.data_path is None:
+    if cfg.data_dir is None:
         text, source = embedded_text(), "the embedded corpus"
     else:
-        text, source = read_text(Path(cfg.data_path)), f"'{cfg.data_path}'"
+        text, source = read_text(Path(cfg.data_dir)), f"'{cfg.data_dir}'"
     preprocess = Preprocess(cfg.context)
     ids = preprocess.encode(text)
     if cfg.corpus_bytes:
         ids = ids[: cfg.corpus_bytes]
     train_ids, val_ids = split(ids, cfg.val_fraction)
     if len(train_ids) < cfg.context + 1 or len(val_ids) < 2:
-        field = "--data_path" if cfg.data_path is not None else "--corpus_bytes"
+        field = "--data_dir" if cfg.data_dir is not None else "--corpus_bytes"
         raise ConfigError(
             f"{field}: {source} gives {len(ids)} bytes of text, too few for --context "
             f"{cfg.context}: the training split needs at least {cfg.context + 1} bytes and "
@@ -124,29 +124,26 @@ def windows(ids: Tensor, context: int, stride: int, pad: bool = False) -> Tensor
     return TensorData(cut[:, :-1].clamp_min(0).contiguous(), cut[:, 1:].contiguous())
 
 
-def read_text(path: Path) -> str:
-    """One UTF-8 file, or every .txt file under a folder in sorted order, joined by newlines."""
-    if path.is_file():
-        files = [path]
-    else:
-        files = sorted(p for p in path.rglob("*.txt") if p.is_file())
-        if not files:
-            raise ConfigError(f"--data_path: '{path}' holds no .txt files")
+def read_text(folder: Path) -> str:
+    """Every .txt file under `folder`, in sorted order, joined by newlines."""
+    files = sorted(path for path in folder.rglob("*.txt") if path.is_file())
+    if not files:
+        raise ConfigError(f"--data_dir: '{folder}' holds no .txt files")
     texts = []
     for file in files:
         try:
             raw = file.read_bytes()
         except OSError as error:
-            raise ConfigError(f"--data_path: cannot read '{file}' ({error.strerror})") from None
+            raise ConfigError(f"--data_dir: cannot read '{file}' ({error.strerror})") from None
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as error:
             raise ConfigError(
-                f"--data_path: '{file}' is not UTF-8 text (byte 0x{raw[error.start]:02x} at "
+                f"--data_dir: '{file}' is not UTF-8 text (byte 0x{raw[error.start]:02x} at "
                 f"offset {error.start}); convert it, e.g. iconv -f latin1 -t utf-8"
             ) from None
         if not text.strip():
-            raise ConfigError(f"--data_path: '{file}' holds no text (it is empty or blank)")
+            raise ConfigError(f"--data_dir: '{file}' holds no text (it is empty or blank)")
         texts.append(text)
     return "\n".join(texts)
 

@@ -30,7 +30,9 @@ class TrainConfig:
     cpu: bool = False  # force the CPU even when a GPU is present
     deterministic: bool = False  # bit-exact GPU runs, at a speed cost (see utils/seed.py)
     # --- data
-    data_file: str | None = None  # None: embedded diabetes table; else a CSV file with a header
+    # None: the embedded diabetes table; else a folder with train.csv (a header row, then
+    # numbers) and optionally val.csv, the validation rows (else val_fraction is split off)
+    data_dir: str | None = None
     target_column: str = "target"  # the CSV column to predict; every other column is a feature
     val_fraction: float = 0.2  # share of the rows held out for validation, in (0, 1)
     num_workers: int | str = "auto"  # unused: tables are held in memory, batches indexed there
@@ -183,5 +185,5 @@ def _validate(cfg: TrainConfig) -> None:
         value = getattr(cfg, name)
         if not test(value):
             raise ConfigError(f"--{name}: got {value!r}, expected {allowed}")
-    if cfg.data_file is not None and not Path(cfg.data_file).is_file():
-        raise ConfigError(f"--data_file: '{cfg.data_file}' is not a file")
+    if cfg.data_dir is not None and not Path(cfg.data_dir).is_dir():
+        raise ConfigError(f"--data_dir: '{cfg.data_dir}' is not a directory")

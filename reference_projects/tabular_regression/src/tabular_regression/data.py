@@ -3,9 +3,11 @@
 The embedded dataset is scikit-learn's copy of the diabetes study of Efron et al. (2004):
 442 patients, 10 numeric features (age, sex, body mass index, blood pressure and six blood
 serum measurements) and a measure of disease progression one year later, installed with
-scikit-learn, so nothing is downloaded. With `--data_file FILE`, FILE is a CSV table with a
-header row; `--target_column` names the column to predict and every other column is a
-feature. Both go through the same `Preprocess`, which is saved with the model for inference.
+scikit-learn, so nothing is downloaded. With `--data_dir DIR`, DIR holds train.csv, a table
+with a header row; `--target_column` names the column to predict and every other column is
+a feature. An optional val.csv with the same columns holds the validation rows; without
+one, `val_fraction` of train.csv is held out. Both go through the same `Preprocess`, which
+is saved with the model for inference.
 """
 
 import csv
@@ -79,8 +81,10 @@ class Table:
 
 
 def build_datasets(cfg: TrainConfig) -> Datasets:
-    table = _diabetes() if cfg.data_file is None else _user_table(cfg)
-    datasets = _split_and_standardise(cfg, table)
+    if cfg.data_dir is None:
+        datasets = _standardised(cfg, *_split(_diabetes(), cfg.val_fraction))
+    else:
+        datasets = _standardised(cfg, *_user_tables(cfg))
     if cfg.overfit_batches:
         datasets = _first_batches_only(datasets, cfg.overfit_batches * cfg.batch_size)
     return datasets
@@ -97,7 +101,7 @@ def split(num_rows: int, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
 def read_csv(path: Path, source: str = "") -> Table:
     """A CSV file with a header row and numbers only, or a one-line ConfigError.
 
-    `source` starts each message (the option that named the file, e.g. "--data_file: ").
+    `source` starts each message (the option that named the file, e.g. "--data_dir: ").
     Non-numeric columns are refused rather than guessed at: encode categories as numbers
     (one 0/1 column per category) before training, and the same way before prediction.
     """
@@ -159,54 +163,86 @@ def _diabetes() -> Table:
     return Table((*diabetes.feature_names, "target"), values)
 
 
-def _user_table(cfg: TrainConfig) -> Table:
-    path = Path(cfg.data_file)
-    table = read_csv(path, source="--data_file: ")
+def _user_tables(cfg: TrainConfig) -> tuple[Table, Table, bytes]:
+    """train.csv and val.csv of --data_dir, or train.csv split; checked for training."""
+    folder = Path(cfg.data_dir)
+    train_path, val_path = folder / "train.csv", folder / "val.csv"
+    if not train_path.is_file():
+        held = ", ".join(sorted(path.name for path in folder.iterdir())) or "nothing"
+        raise ConfigError(f"--data_dir: '{folder}' holds no train.csv (it holds: {held})")
+    table = read_csv(train_path, source="--data_dir: ")
     if cfg.target_column not in table.columns:
         raise ConfigError(
-            f"--data_file: '{path}' has no column '{cfg.target_column}' (its columns: "
+            f"--data_dir: '{train_path}' has no column '{cfg.target_column}' (its columns: "
             f"{', '.join(table.columns)}); name the target with --target_column"
         )
     if len(table.columns) < 2:
-        raise ConfigError(f"--data_file: '{path}' holds only the target column, no features")
-    if len(table.values) < MIN_ROWS:
+        raise ConfigError(f"--data_dir: '{train_path}' holds only the target column, no features")
+    if not val_path.is_file():
+        if len(table.values) < MIN_ROWS:
+            raise ConfigError(
+                f"--data_dir: '{train_path}' has {len(table.values)} data rows; at least "
+                f"{MIN_ROWS} are needed to hold out a validation split (or add a val.csv)"
+            )
+        return _split(table, cfg.val_fraction)
+    val = read_csv(val_path, source="--data_dir: ")
+    if set(val.columns) != set(table.columns):
         raise ConfigError(
-            f"--data_file: '{path}' has {len(table.values)} data rows; at least {MIN_ROWS} are "
-            "needed to hold out a validation split"
+            f"--data_dir: '{val_path}' has columns {', '.join(val.columns)}; expected those of "
+            f"train.csv: {', '.join(table.columns)}"
         )
-    return table
+    if len(table.values) < 2 or len(val.values) < 2:
+        raise ConfigError(
+            f"--data_dir: '{folder}': train.csv and val.csv need at least 2 data rows each"
+        )
+    # Columns are found by name, so val.csv may order them differently.
+    val = Table(table.columns, val.features(table.columns))
+    return table, val, _table_bytes(table) + _table_bytes(val)
 
 
-def _split_and_standardise(cfg: TrainConfig, table: Table) -> Datasets:
-    names = tuple(name for name in table.columns if name != cfg.target_column)
-    features, target = table.features(names), table.column(cfg.target_column)
-    train_idx, val_idx = split(len(target), cfg.val_fraction)
-    if target[train_idx].std() == 0:
-        source = "the embedded data" if cfg.data_file is None else f"'{cfg.data_file}'"
+def _split(table: Table, val_fraction: float) -> tuple[Table, Table, bytes]:
+    """The training and validation rows of one table, and what the data fingerprint hashes:
+    the table and which rows went to which split."""
+    train_idx, val_idx = split(len(table.values), val_fraction)
+    train, val = (Table(table.columns, table.values[idx]) for idx in (train_idx, val_idx))
+    return train, val, _table_bytes(table) + train_idx.tobytes() + val_idx.tobytes()
+
+
+def _table_bytes(table: Table) -> bytes:
+    return "\n".join(table.columns).encode() + table.values.tobytes()
+
+
+def _standardised(cfg: TrainConfig, train: Table, val: Table, data: bytes) -> Datasets:
+    names = tuple(name for name in train.columns if name != cfg.target_column)
+    features, target = train.features(names), train.column(cfg.target_column)
+    if target.std() == 0:
+        source = (
+            "the embedded data" if cfg.data_dir is None else f"'{Path(cfg.data_dir, 'train.csv')}'"
+        )
         raise ConfigError(
             f"--target_column: '{cfg.target_column}' of {source} is constant in the training "
             "split; there is nothing to learn"
         )
     # A constant feature keeps a std of 1: it becomes 0 after centring, and never divides by 0.
-    feature_std = features[train_idx].std(axis=0)
+    feature_std = features.std(axis=0)
     preprocess = Preprocess(
         feature_names=names,
-        feature_mean=tuple(features[train_idx].mean(axis=0).tolist()),
+        feature_mean=tuple(features.mean(axis=0).tolist()),
         feature_std=tuple(np.where(feature_std > 0, feature_std, 1.0).tolist()),
         target_column=cfg.target_column,
-        target_mean=float(target[train_idx].mean()),
-        target_std=float(target[train_idx].std()),
+        target_mean=float(target.mean()),
+        target_std=float(target.std()),
     )
-    inputs, targets = preprocess(features), preprocess.to_model_units(target)
+    train_data = TensorData(preprocess(features), preprocess.to_model_units(target))
+    val_features, val_target = val.features(names), val.column(cfg.target_column)
+    val_data = TensorData(preprocess(val_features), preprocess.to_model_units(val_target))
     return Datasets(
-        train=TensorData(inputs[train_idx], targets[train_idx]),
-        val=TensorData(inputs[val_idx], targets[val_idx]),
+        train=train_data,
+        val=val_data,
         preprocess=preprocess,
-        train_targets=targets[train_idx],
-        val_targets=targets[val_idx],
-        fingerprint=fingerprint(
-            "\n".join(table.columns).encode() + table.values.tobytes(), train_idx, val_idx
-        ),
+        train_targets=train_data.targets,
+        val_targets=val_data.targets,
+        fingerprint=fingerprint(data, np.arange(len(train_data)), np.arange(len(val_data))),
     )
 
 

@@ -77,9 +77,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     }
     if model_dir is not None:
         results[f"model {model_dir}"] = trained_model(model_dir, datasets)
-    data = "the embedded diabetes data" if cfg.data_file is None else f"'{cfg.data_file}'"
+    data = "the embedded diabetes data" if cfg.data_dir is None else f"'{cfg.data_dir}'"
     rows = f"{len(datasets.val)} rows, {len(datasets.train)} for training"
-    print(f"validation split of {data}: {rows}")
+    print(f"validation rows of {data}: {rows}")
     width = max(map(len, results))
     print(f"{'':<{width}}  {'R^2':>8}  {'RMSE':>10}")
     for name, result in results.items():

@@ -30,8 +30,9 @@ class TrainConfig:
     cpu: bool = False  # force the CPU even when a GPU is present
     deterministic: bool = False  # bit-exact GPU runs, at a speed cost (see utils/seed.py)
     # --- data
-    data_file: str | None = None  # None: embedded reviews; else a .csv or .jsonl of texts, labels
-    val_file: str | None = None  # validation file (same format); None: split off val_fraction
+    # None: the embedded reviews; else a folder with train.csv or train.jsonl (texts and
+    # labels) and optionally val.csv or val.jsonl (else val_fraction is split off)
+    data_dir: str | None = None
     text_field: str = "text"  # the CSV column or JSONL key holding each text
     label_field: str = "label"  # the CSV column or JSONL key holding each label
     labels: str | None = None  # comma-separated labels in class-id order; None: those found
@@ -197,12 +198,8 @@ def _validate(cfg: TrainConfig) -> None:
         value = getattr(cfg, name)
         if not test(value):
             raise ConfigError(f"--{name}: got {value!r}, expected {allowed}")
-    for name in ("data_file", "val_file"):
-        path = getattr(cfg, name)
-        if path is not None and not Path(path).is_file():
-            raise ConfigError(f"--{name}: '{path}' is not a file")
-    if cfg.val_file is not None and cfg.data_file is None:
-        raise ConfigError("--val_file: validates a model of --data_file, which is not set")
+    if cfg.data_dir is not None and not Path(cfg.data_dir).is_dir():
+        raise ConfigError(f"--data_dir: '{cfg.data_dir}' is not a directory")
     if cfg.width % cfg.heads:
         raise ConfigError(
             f"--width: got {cfg.width}, expected a multiple of --heads ({cfg.heads}): "
