@@ -143,9 +143,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     model = sync_batchnorm(model, accelerator)  # before prepare() wraps it in DDP
     model.to(device)
     raw_model = model  # uncompiled: checkpoints, evaluation and exports use this one
-    # Compile after moving to the device; shapes are static (drop_last), so one graph serves
-    # every training step. The first step pays for compilation; timings start after it.
-    model = torch.compile(model, disable=not cfg.compile)
+    # Compile after moving to the device. The first step pays for compilation; timings start
+    # after it. Where the task's batch shapes vary, one shape-generic graph compiled at once
+    # costs less than a static graph for the first shape and a dynamic one at the second.
+    model = torch.compile(model, dynamic=task.DYNAMIC_SHAPES, disable=not cfg.compile)
 
     # --- optimizer and schedule
     optimizer = build_optimizer(raw_model, cfg)
