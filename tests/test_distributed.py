@@ -2,7 +2,8 @@
 processes; a single render carries nothing of it.
 
 The rendered project's own tests/test_distributed.py proves the training itself (2 processes
-against 1, rank 0 alone writing, resume across process counts, the collective timeout).
+against 1, rank 0 alone writing, resume across process counts, SIGTERM to every process and
+the exact rerun, the collective timeout).
 """
 
 from __future__ import annotations

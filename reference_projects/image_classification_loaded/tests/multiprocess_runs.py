@@ -4,13 +4,16 @@
 
 Launched like the README's command, every process runs each run of the JSON file PLAN in
 turn through `train.main` (what `-m image_classification_loaded.train` runs), so the processes start
-once for all the runs, in one process group. Then rank 0 calls a collective that rank 1
-never joins, to time how long the process group waits. Each process writes what it saw to
-`report-RANK.json`.
+once for all the runs, in one process group. A run may name the step during which each
+process receives SIGTERM, as a scheduler preempting the job sends it to every process; the
+run then ends with the exit code `-m image_classification_loaded.train` would exit with, and the
+next run starts. Then rank 0 calls a collective that rank 1 never joins, to time how long
+the process group waits. Each process writes what it saw to `report-RANK.json`.
 """
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -20,6 +23,7 @@ from accelerate.state import AcceleratorState, GradientState, PartialState
 from torch import distributed, nn
 
 from image_classification_loaded import train
+from image_classification_loaded.utils.monitor import Preemption
 
 
 def without_batchnorm(build_model):
@@ -41,14 +45,15 @@ def without_batchnorm(build_model):
 
 
 def watch_writes(root: str, writes: list[str]) -> None:
-    """Record every file this process opens for writing, renames, removes or creates in root."""
+    """Record every file this process opens for writing, renames, removes or creates in root;
+    a rename by the name it is given (a checkpoint's, not its temporary file's)."""
     write_modes = set("wax+")
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT
 
     def hook(event: str, args: tuple) -> None:
         if event not in ("open", "os.rename", "os.remove", "os.mkdir") or not args:
             return
-        path = args[0]
+        path = args[1] if event == "os.rename" else args[0]
         if not isinstance(path, str | bytes | os.PathLike):
             return
         if event == "open":
@@ -62,6 +67,19 @@ def watch_writes(root: str, writes: list[str]) -> None:
     sys.addaudithook(hook)
 
 
+def watch_steps(learning_rate, steps: list[int], sigterm_step: int | None):
+    """learning_rate, noting in `steps` each step it is asked for (1, 2, ...), and sending
+    this process SIGTERM during step `sigterm_step`, between its backward and optimizer step."""
+
+    def rate(done: int, *args) -> float:  # done: the steps already trained
+        steps.append(done + 1)
+        if done + 1 == sigterm_step:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return learning_rate(done, *args)
+
+    return rate
+
+
 def timed_collective(seconds: float, report: Path) -> dict:
     """Rank 0 waits in a collective that rank 1 never joins: it must fail, not hang."""
     if distributed.get_rank() != 0:
@@ -72,29 +90,44 @@ def timed_collective(seconds: float, report: Path) -> dict:
     start = time.monotonic()
     try:
         distributed.all_reduce(torch.ones(1))
-        return {"failed": False}
+        result = {"failed": False}
     except Exception as error:  # gloo raises RuntimeError subclasses that vary by version
-        return {"failed": True, "after_s": time.monotonic() - start, "error": str(error)[:300]}
+        result = {"failed": True, "after_s": time.monotonic() - start, "error": str(error)[:300]}
+    # Closed while rank 1 still waits for this report: a group whose collective timed out,
+    # torn down at exit as the other process disconnects, can abort the process (SIGABRT).
+    distributed.destroy_process_group()
+    return result
 
 
 def main(plan_path: str) -> None:
     plan = json.loads(Path(plan_path).read_text())
     rank = int(os.environ["RANK"])
     writes: list[str] = []
-    if rank != 0:
-        watch_writes(plan["root"], writes)
+    watch_writes(plan["root"], writes)
     train.build_model = without_batchnorm(train.build_model)
+    learning_rate = train.learning_rate
     # One process group for every run, as set up by the first (with its dist_timeout_s):
     # a run ends by closing it, which here would leave the next runs none to join.
     PartialState.destroy_process_group = lambda self, group=None: None
-    for args in plan["runs"]:
-        train.main(args)
+    runs = []
+    for run in plan["runs"]:
+        steps: list[int] = []
+        sigterm_step = run["sigterm_during_step"][rank] if "sigterm_during_step" in run else None
+        train.learning_rate = watch_steps(learning_rate, steps, sigterm_step)
+        exit_code = 0
+        try:
+            train.main(run["args"])
+        except SystemExit as stopped:
+            if stopped.code != Preemption.EXIT_CODE:
+                raise
+            exit_code = stopped.code
+        runs.append({"steps": steps, "exit_code": exit_code})
         AcceleratorState._reset_state(reset_partial_state=True)  # as a new process would
         GradientState._reset_state()
         PartialState._reset_state()
     report = Path(plan["reports"]) / f"report-{rank}.json"
     result = timed_collective(plan["timeout_s"], Path(plan["reports"]) / "report-0.json")
-    report.write_text(json.dumps({"writes": writes, "collective": result}))
+    report.write_text(json.dumps({"writes": writes, "runs": runs, "collective": result}))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Several processes train as one: 2 processes with half the batch each match 1 process with
 the whole batch, only rank 0 writes, a checkpoint of 2 processes resumes exactly on 2 and
-loads on 1, and a collective that one process misses fails after dist_timeout_s.
+loads on 1, SIGTERM to every process stops them all after one step and the same command
+resumes exactly, and a collective that one process misses fails after dist_timeout_s.
 
 The processes run on the CPU and talk over gloo, started by torchrun as in the README; one
 launch runs every multi-process run (tests/multiprocess_runs.py), with a timeout, and its
@@ -30,6 +31,11 @@ LAUNCH = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--npro
 LAUNCH_TIMEOUT_S = 240  # the whole launch; a hang fails the tests instead of stalling them
 COLLECTIVE_TIMEOUT_S = 10  # --dist_timeout_s of the launched runs
 STEPS, HALF_BATCH = 6, 16
+PREEMPTED_AT = 4  # a log step of the runs that log every 2 steps
+PREEMPTED = {  # runs preempted at step 4, and the fields they add to the others'
+    "preempted": [],  # checkpoints at 3 and 6: stopping writes one of step 4
+    "preempted-at-a-checkpoint": ["--checkpoint_every", "2"],  # step 4's is written anyway
+}
 # bf16 autocast rounds activations to 8 bits of mantissa, and 2 processes sum a batch's
 # gradients in another order than 1 process does.
 RTOL = WEIGHTS_RTOL = 2e-2
@@ -90,25 +96,54 @@ def assert_close_runs(actual: Path, expected: Path, from_step: int = 0) -> None:
     assert error <= WEIGHTS_RTOL, f"relative error {error:.2e}; the largest difference in {worst}"
 
 
+def assert_same_end(actual: Path, expected: Path) -> None:
+    """Bit for bit the same final weights, and the same progress and optimizer state in the
+    last checkpoint."""
+    reference_weights, actual_weights = weights(expected), weights(actual)
+    assert actual_weights.keys() == reference_weights.keys()
+    assert all(torch.equal(actual_weights[key], reference_weights[key]) for key in actual_weights)
+    final = f"checkpoints/step-{STEPS:06d}.pt"
+    want, got = load_checkpoint(expected / final), load_checkpoint(actual / final)
+    assert got["progress"] == want["progress"]
+    assert got["optimizer"]["param_groups"] == want["optimizer"]["param_groups"]
+    for index, state in want["optimizer"]["state"].items():
+        for name, value in state.items():
+            assert torch.equal(got["optimizer"]["state"][index][name], value), (index, name)
+
+
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory, embedded_args):
     """One launch of 2 processes: two whole runs (no accumulation, and 2 micro-batches a
-    step), then the first resumed from its step-3 checkpoint, then the missed collective."""
+    step), the first resumed from its step-3 checkpoint, a run that logs every 2 steps and
+    two preempted like it (with a checkpoint due at the step they stop at, and without), each
+    followed by the same command again, then the missed collective. The report of each
+    process lists, for each run, the steps it trained and the code it exited with."""
     root = tmp_path_factory.mktemp("two-processes")
     reports = tmp_path_factory.mktemp("reports")
+
+    def run(name: str, *extra: str) -> dict:
+        args = run_args(root / name, *embedded_args, "--batch_size", str(HALF_BATCH), *extra)
+        return {"args": args}
+
+    step_3 = root / "whole" / "checkpoints" / "step-000003.pt"
+    every_2 = ("--log_every", "2")
     runs = {
-        "whole": ["--batch_size", str(HALF_BATCH)],
-        "accumulated": ["--batch_size", str(HALF_BATCH), "--grad_accum_steps", "2"],
-        "resumed": [
-            *("--batch_size", str(HALF_BATCH)),
-            *("--resume", str(root / "whole" / "checkpoints" / "step-000003.pt")),
-        ],
+        "whole": run("whole"),
+        "accumulated": run("accumulated", "--grad_accum_steps", "2"),
+        "resumed": run("resumed", "--resume", str(step_3)),
+        "logged-every-2": run("logged-every-2", *every_2),
     }
+    # SIGTERM reaches rank 1 a step before rank 0, as a scheduler's signal may reach the
+    # processes on either side of a step: they must agree to stop at the next log step.
+    sigterm = {"sigterm_during_step": [PREEMPTED_AT, PREEMPTED_AT - 1]}  # by rank
+    for name, extra in PREEMPTED.items():
+        runs[name] = run(name, *every_2, *extra) | sigterm
+        runs[f"{name}, rerun"] = run(name, *every_2, *extra)
     plan = {
         "root": str(root),
         "reports": str(reports),
         "timeout_s": COLLECTIVE_TIMEOUT_S,
-        "runs": [run_args(root / name, *embedded_args, *extra) for name, extra in runs.items()],
+        "runs": list(runs.values()),
     }
     (reports / "plan.json").write_text(json.dumps(plan))
     command = [*LAUNCH, str(TESTS / "multiprocess_runs.py"), str(reports / "plan.json")]
@@ -132,6 +167,8 @@ def launched(tmp_path_factory, embedded_args):
         child.wait()
     assert child.returncode == 0, output[-6000:]
     report = [json.loads((reports / f"report-{rank}.json").read_text()) for rank in (0, 1)]
+    for seen in report:
+        seen["runs"] = dict(zip(runs, seen["runs"], strict=True))
     return root, report
 
 
@@ -170,15 +207,28 @@ def test_checkpoint_of_two_processes_resumes_exactly_on_two(launched):
     root, _ = launched
     after_step_3 = [record for record in logged(root / "whole") if record["step"] > 3]
     assert logged(root / "resumed") == after_step_3
-    whole, resumed = weights(root / "whole"), weights(root / "resumed")
-    assert all(torch.equal(whole[key], resumed[key]) for key in whole)
-    final = f"checkpoints/step-{STEPS:06d}.pt"
-    expected = load_checkpoint(root / "whole" / final)
-    actual = load_checkpoint(root / "resumed" / final)
-    assert len(actual["rng"]) == 2  # every process's random states
-    for index, state in expected["optimizer"]["state"].items():
-        for name, value in state.items():
-            assert torch.equal(actual["optimizer"]["state"][index][name], value), (index, name)
+    final = load_checkpoint(root / "resumed" / "checkpoints" / f"step-{STEPS:06d}.pt")
+    assert len(final["rng"]) == 2  # every process's random states
+    assert_same_end(root / "resumed", root / "whole")
+
+
+@pytest.mark.parametrize("name", PREEMPTED)
+def test_sigterm_to_every_process_stops_them_after_one_step_and_the_rerun_is_exact(launched, name):
+    """Both processes train to the same step, rank 0 alone writes one checkpoint of it, and
+    each exits with 75 (the exit code of `main`: here each process goes on to the next run,
+    so the launch itself exits with 0; torchrun turns a process's 75 into its own exit code
+    1, which is why slurm/train.sbatch starts the processes with srun). The same command
+    then resumes from that checkpoint and ends as the run that was never stopped."""
+    root, report = launched
+    for rank, seen in enumerate(report):
+        preempted, rerun = seen["runs"][name], seen["runs"][f"{name}, rerun"]
+        assert preempted == {"steps": list(range(1, PREEMPTED_AT + 1)), "exit_code": 75}, rank
+        assert rerun == {"steps": list(range(PREEMPTED_AT + 1, STEPS + 1)), "exit_code": 0}, rank
+    checkpoint = root / name / "checkpoints" / f"step-{PREEMPTED_AT:06d}.pt"
+    assert report[0]["writes"].count(f"os.rename {checkpoint}") == 1
+    assert report[1]["writes"] == []
+    assert logged(root / name) == logged(root / "logged-every-2")
+    assert_same_end(root / name, root / "logged-every-2")
 
 
 def test_checkpoint_of_two_processes_loads_on_one(launched, one_process):

@@ -161,6 +161,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     window_start = progress.step - len(progress.window_losses)
     window = LogWindow(cfg.log_every, device, window_start, progress.window_losses)
     micro_batches = None
+    saved_step = progress.step  # the newest checkpoint's step: a resumed run starts from it
     eval_metrics: dict[str, float] = {}
     timed_start, timed_end, timed_samples = None, None, 0  # steps after the first
     train_start = time.perf_counter()
@@ -219,8 +220,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                     progress.best_metric, progress.best_step = metric, progress.step
             if _due(cfg.checkpoint_every, progress.step, end_of_epoch) or is_best or last_step:
                 save(is_best)
+                saved_step = progress.step
         if stop.requested:
-            save(is_best=False)
+            if saved_step < progress.step:  # unless just saved: the grace period is short
+                save(is_best=False)
             raise Preempted(f"stopped by signal {stop.requested} after step {progress.step}")
     progress_bar.close()
     metrics_log.close()
