@@ -42,8 +42,14 @@ CHOICE_MARKERS: dict[str, dict[Answer, tuple[str, ...]]] = {
 _JINJA = re.compile(r"(?<!\$)\{\{|\{%")  # GitHub Actions' `${{ }}` is rendered output
 
 
-def static_problems(project: Path, answers: Mapping[str, Answer]) -> list[str]:
-    """Every static check: ruff, byte-compilation, whitespace, Jinja residue, stray choices."""
+def static_problems(
+    project: Path, answers: Mapping[str, Answer], *, committed: bool = True
+) -> list[str]:
+    """Every static check: ruff, byte-compilation, whitespace, Jinja residue, stray choices.
+
+    `committed=False` for a render from a template outside git (render.template_copy): its
+    answers file has no `_commit` to check.
+    """
     texts = read_text_files(project)
     return [
         *ruff_problems(project),
@@ -51,7 +57,7 @@ def static_problems(project: Path, answers: Mapping[str, Answer]) -> list[str]:
         *whitespace_problems(texts),
         *jinja_problems(project, texts),
         *choice_problems(texts, answers),
-        *answers_file_problems(project, answers),
+        *answers_file_problems(project, answers, committed),
     ]
 
 
@@ -158,7 +164,9 @@ def choice_problems(texts: Mapping[Path, str], answers: Mapping[str, Answer]) ->
     return problems
 
 
-def answers_file_problems(project: Path, answers: Mapping[str, Answer]) -> list[str]:
+def answers_file_problems(
+    project: Path, answers: Mapping[str, Answer], committed: bool = True
+) -> list[str]:
     """The answers file `copier update` needs, recording the answers given."""
     path = project / ANSWERS_FILE
     if not path.is_file():
@@ -169,7 +177,6 @@ def answers_file_problems(project: Path, answers: Mapping[str, Answer]) -> list[
         for name, value in answers.items()
         if recorded.get(name) != value
     ]
-    problems += [
-        f"{ANSWERS_FILE}: no {key}" for key in ("_src_path", "_commit") if key not in recorded
-    ]
+    keys = ("_src_path", "_commit") if committed else ("_src_path",)
+    problems += [f"{ANSWERS_FILE}: no {key}" for key in keys if key not in recorded]
     return problems

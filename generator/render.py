@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -47,22 +45,18 @@ def render(answers: Mapping[str, Answer], dest: Path, *, template: Path = REPO_R
     return dest
 
 
-def template_snapshot(dest: Path, template: Path = REPO_ROOT) -> Path:
-    """`template`'s copier.yml and template/ as they are now, committed to a new repository.
+def template_copy(dest: Path, template: Path = REPO_ROOT) -> Path:
+    """`template`'s copier.yml and template/ as they are now, copied to a plain folder.
 
-    Rendering from the snapshot renders exactly what `render(answers, dest)` renders from the
-    working tree, but copier then clones two folders instead of this repository's whole
-    history: for code that renders hundreds of combinations.
+    Rendering from the copy renders exactly what `render(answers, dest)` renders from the
+    working tree, apart from the answers file's `_commit` (a folder outside git has no commit
+    to record), and copier then reads the folder in place instead of cloning a repository
+    for each render: for code that renders hundreds of combinations.
     """
     dest = Path(dest)
     dest.mkdir(parents=True)
     shutil.copy2(template / "copier.yml", dest / "copier.yml")
     shutil.copytree(template / "template", dest / "template", ignore=_IGNORED)
-    identity = {"GIT_AUTHOR_NAME": "generator", "GIT_AUTHOR_EMAIL": "generator@localhost"}
-    identity |= {"GIT_COMMITTER_NAME": "generator", "GIT_COMMITTER_EMAIL": "generator@localhost"}
-    env = {**os.environ, **identity, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
-    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "snapshot"]):
-        subprocess.run(["git", *command], cwd=dest, env=env, check=True, capture_output=True)
     return dest
 
 

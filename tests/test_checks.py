@@ -147,3 +147,5 @@ def test_answers_file_problems(tmp_path: Path) -> None:
         ".copier-answers.yml: compile is True, expected False",
         ".copier-answers.yml: no _commit",
     ]
+    # A render from a template folder outside git (render.template_copy) has no commit.
+    assert answers_file_problems(tmp_path, {"compile": True}, committed=False) == []
