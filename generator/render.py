@@ -15,6 +15,9 @@ from generator import REPO_ROOT
 from generator.answers import Answer
 
 ANSWERS_FILE = ".copier-answers.yml"
+# What copier reads besides copier.yml: the rendered tree, and the partials it imports
+# (copier's Jinja loader is rooted at the template repository, beside template/).
+TEMPLATE_FOLDERS = ("template", "includes")
 
 
 class RenderError(ValueError):
@@ -46,7 +49,7 @@ def render(answers: Mapping[str, Answer], dest: Path, *, template: Path = REPO_R
 
 
 def template_copy(dest: Path, template: Path = REPO_ROOT) -> Path:
-    """`template`'s copier.yml and template/ as they are now, copied to a plain folder.
+    """`template`'s copier.yml, template/ and includes/ as they are now, in a plain folder.
 
     Rendering from the copy renders exactly what `render(answers, dest)` renders from the
     working tree, apart from the answers file's `_commit` (a folder outside git has no commit
@@ -56,7 +59,8 @@ def template_copy(dest: Path, template: Path = REPO_ROOT) -> Path:
     dest = Path(dest)
     dest.mkdir(parents=True)
     shutil.copy2(template / "copier.yml", dest / "copier.yml")
-    shutil.copytree(template / "template", dest / "template", ignore=_IGNORED)
+    for folder in TEMPLATE_FOLDERS:
+        shutil.copytree(template / folder, dest / folder, ignore=_IGNORED)
     return dest
 
 

@@ -24,7 +24,7 @@ from helpers import run_in
 
 from generator import REPO_ROOT
 from generator.checks import ruff_problems
-from generator.render import ANSWERS_FILE, package_of, render
+from generator.render import ANSWERS_FILE, TEMPLATE_FOLDERS, package_of, render
 
 V1, V2, PRERELEASE = "v1.0.0", "v1.1.0", "v1.2.0rc1"
 IDENTITY = {
@@ -94,9 +94,9 @@ def isolated_git(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
 
 
 def copy_working_tree(dest: Path, env: dict[str, str]) -> None:
-    """copier.yml and template/ as they are in this checkout, uncommitted edits included."""
+    """copier.yml, template/ and includes/ as in this checkout, uncommitted edits included."""
     command = ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--"]
-    listed = git(REPO_ROOT, *command, "copier.yml", "template", env=env)
+    listed = git(REPO_ROOT, *command, "copier.yml", *TEMPLATE_FOLDERS, env=env)
     for name in filter(None, listed.split("\0")):
         source = REPO_ROOT / name
         if source.is_file():  # a tracked file deleted in the working tree is still listed
