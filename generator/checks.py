@@ -40,6 +40,7 @@ CHOICE_MARKERS: dict[str, dict[Answer, tuple[str, ...]]] = {
 }
 
 _JINJA = re.compile(r"(?<!\$)\{\{|\{%")  # GitHub Actions' `${{ }}` is rendered output
+_TYPED_MARKER = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{\{|\{%")
 
 
 def static_problems(
@@ -55,7 +56,7 @@ def static_problems(
         *ruff_problems(project),
         *compile_problems(texts),
         *whitespace_problems(texts),
-        *jinja_problems(project, texts),
+        *jinja_problems(project, texts, answers),
         *choice_problems(texts, answers),
         *answers_file_problems(project, answers, committed),
     ]
@@ -128,8 +129,17 @@ def whitespace_problems(texts: Mapping[Path, str]) -> list[str]:
     return problems
 
 
-def jinja_problems(project: Path, texts: Mapping[Path, str]) -> list[str]:
-    """Template syntax that survived rendering, in file contents or file names."""
+def jinja_problems(
+    project: Path, texts: Mapping[Path, str], answers: Mapping[str, Answer] = {}
+) -> list[str]:
+    """Template syntax that survived rendering, in file contents or file names; the markers
+    a user typed into a free-text answer (a description with `{{ }}`) are theirs."""
+    typed = {
+        marker
+        for value in answers.values()
+        if isinstance(value, str)
+        for marker in _TYPED_MARKER.findall(value)
+    }
     problems = []
     for path in sorted(project.rglob("*")):
         relative = path.relative_to(project)
@@ -137,6 +147,8 @@ def jinja_problems(project: Path, texts: Mapping[Path, str]) -> list[str]:
             problems.append(f"{relative}: file name left unrendered")
     for path, text in texts.items():
         for number, line in enumerate(text.split("\n"), start=1):
+            for marker in typed:
+                line = line.replace(marker, "")
             if _JINJA.search(line):
                 problems.append(f"{path}:{number}: Jinja marker left in: {line.strip()}")
     return problems
