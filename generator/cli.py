@@ -21,7 +21,7 @@ from copier.errors import CopierError
 from generator import references
 from generator.answers import AnswerError, Answers, load_space
 from generator.check import Options, Result, check_all, processes, visible_gpus
-from generator.cover import covering
+from generator.cover import TESTED_PAIRS, covering
 from generator.render import render
 from generator.report import write_report
 from generator.selection import Shard, select
@@ -77,9 +77,10 @@ def get_parser() -> argparse.ArgumentParser:
         choices=SAMPLES,
         default="sample",
         help="which combinations also run their own tests: sample (default), rest, all or "
-        "none; the sample is a greedy cover of the selection that uses each of its choices once "
-        "or more, taken before --shard; rest covers only the choices the reference projects "
-        "leave unused, for runs whose reference projects' tests run too (make test)",
+        "none; the sample is a greedy cover of the selection that uses each of its choices, and "
+        "each task with each mixed_precision and each distributed choice, once or more, taken "
+        "before --shard; rest covers only what the reference projects leave unused, for runs "
+        "whose reference projects' tests run too (make test)",
     )
     check.add_argument(
         "--report", type=Path, metavar="DIR", help="write DIR/report.json and DIR/report.md"
@@ -222,8 +223,8 @@ def _check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     shard = Shard.parse(args.shard)
     fixed, selection = select(space, args.sets, pairwise_only=args.pairwise)
     if args.project_tests in ("sample", "rest"):
-        covered = references.covered_choices(space) if args.project_tests == "rest" else ()
-        sample = covering(space, selection, covered)
+        covered = references.tested_combinations(space) if args.project_tests == "rest" else ()
+        sample = covering(space, selection, covered, TESTED_PAIRS)
     else:
         sample = selection if args.project_tests == "all" else []
     combinations = shard.take(selection, space.slug)

@@ -1,4 +1,5 @@
-"""A small set of combinations that uses every choice of every question at least once.
+"""A small set of combinations that uses every choice of every question at least once, and
+every combination of choices of the question pairs named.
 
 Running each rendered project's tests and training is too slow for the whole matrix on a CPU;
 this subset still exercises every choice, and always includes the defaults.
@@ -10,30 +11,46 @@ from collections.abc import Iterable, Sequence
 
 from generator.answers import Answer, Answers, AnswerSpace
 
+# The pairs whose every combination some project's own tests must run: the tests of each
+# task check what mixed precision and several processes change (tolerances, equivalence).
+TESTED_PAIRS = (("task_type", "mixed_precision"), ("task_type", "distributed"))
+
+Feature = frozenset[tuple[str, Answer]]  # one choice, or one choice of each question of a pair
+
+
+def features(combo: Answers, pairs: Sequence[tuple[str, str]] = ()) -> set[Feature]:
+    """The choices `combo` uses, one by one and as the pairs `pairs` names."""
+    singles = {frozenset([choice]) for choice in combo.items()}
+    return singles | {
+        frozenset((q, combo[q]) for q in pair) for pair in pairs if set(pair) <= combo.keys()
+    }
+
 
 def covering(
     space: AnswerSpace,
     candidates: Sequence[Answers] | None = None,
-    covered: Iterable[tuple[str, Answer]] = (),
+    covered: Iterable[Answers] = (),
+    pairs: Sequence[tuple[str, str]] = (),
 ) -> list[Answers]:
-    """Greedy cover: the defaults first, then the combination that uses the most unused choices.
+    """Greedy cover: the defaults first, then the combination that uses the most unused
+    features (choices, and combinations of choices of the question pairs in `pairs`).
 
     `candidates` (default: every combination) may be a selection, such as the pairwise set;
-    then the choices it contains are covered, starting with its first combination when the
-    defaults are not among them. `covered` names choices exercised elsewhere (the reference
-    projects' own tests): the cover then uses only the choices they leave, without forcing in
-    the defaults, and is empty when nothing is left. Ties go to the earlier candidate, so the
+    then the features it contains are covered, starting with its first combination when the
+    defaults are not among them. `covered` names combinations tested elsewhere (the reference
+    projects): the cover then uses only the features they leave, without forcing in the
+    defaults, and is empty when nothing is left. Ties go to the earlier candidate, so the
     result is deterministic.
     """
     candidates = space.combinations() if candidates is None else list(candidates)
-    covered = set(covered)
-    uncovered = {choice for combo in candidates for choice in combo.items()} - covered
+    done = {feature for combo in covered for feature in features(combo, pairs)}
+    uncovered = {f for combo in candidates for f in features(combo, pairs)} - done
     chosen: list[Answers] = []
-    if candidates and not covered:
+    if candidates and not done:
         chosen.append(space.defaults() if space.defaults() in candidates else candidates[0])
-        uncovered -= set(chosen[0].items())
+        uncovered -= features(chosen[0], pairs)
     while uncovered:
-        best = max(candidates, key=lambda combo: len(uncovered & set(combo.items())))
+        best = max(candidates, key=lambda combo: len(uncovered & features(combo, pairs)))
         chosen.append(best)
-        uncovered -= set(best.items())
+        uncovered -= features(best, pairs)
     return chosen

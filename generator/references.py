@@ -93,17 +93,19 @@ def references(space: AnswerSpace | None = None) -> list[Reference]:
     ]
 
 
-def covered_choices(space: AnswerSpace | None = None) -> set[tuple[str, Answer]]:
-    """Every (question, choice) some reference project renders with, defaults included:
-    what the reference projects' own tests exercise."""
+def tested_combinations(space: AnswerSpace | None = None) -> list[Answers]:
+    """The combination of choices each reference project renders, defaults included: what
+    the reference projects' own tests exercise."""
     space = space or load_space()
     questions = {axis.name for axis in space.axes}
-    return {
-        choice
+    return [
+        {
+            name: value
+            for name, value in (space.defaults() | ref.answers).items()
+            if name in questions
+        }
         for ref in references(space)
-        for choice in (space.defaults() | ref.answers).items()
-        if choice[0] in questions
-    }
+    ]
 
 
 def select(names: Sequence[str] | None, space: AnswerSpace | None = None) -> list[Reference]:

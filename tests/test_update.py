@@ -20,7 +20,7 @@ from pathlib import Path
 import copier
 import pytest
 import yaml
-from helpers import run_in
+from helpers import project_env, run_in
 
 from generator import REPO_ROOT
 from generator.checks import ruff_problems
@@ -302,3 +302,63 @@ def test_generator_renders_the_working_tree_not_the_newest_tag(
     copier.run_copy(str(clone), str(release), vcs_ref=None, defaults=True, quiet=True)
     assert answers(release)["_commit"] == V2
     assert not source(release, "utils/committed_after_the_tags.py").exists()
+
+
+# --- a run that lives through `copier update --data distributed=...`
+
+TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+RUN = ["--output_dir", "outputs/run", "--cpu", "true", "--checkpoint_every", "3"]
+
+
+def train_in(project: Path, processes: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m PACKAGE.train` in the project, as one process or under torchrun (gloo)."""
+    launch = TORCHRUN if processes > 1 else []
+    command = [sys.executable, *launch, "-m", f"{package_of(project)}.train", *RUN, *args]
+    return subprocess.run(
+        command, cwd=project, env=project_env(), capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("before", "after"), [("single", "multi"), ("multi", "single")])
+def test_a_run_resumes_after_changing_the_distributed_answer(
+    template_repo: Path, tmp_path: Path, before: str, after: str
+) -> None:
+    """A checkpoint has one layout for both answers: after `copier update --data
+    distributed=...` the same run resumes on the other number of processes, with the same
+    global batch, saying in one line what is not exact; another global batch is refused."""
+    project = render_release(
+        template_repo, tmp_path / "project", task_type="tabular_regression", distributed=before
+    )
+    processes = {"single": 1, "multi": 2}
+    per_process = {name: str(32 // count) for name, count in processes.items()}
+    first = train_in(
+        project, processes[before], "--max_steps", "6", "--batch_size", per_process[before]
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+
+    result = copier_cli(
+        project, "update", "--defaults", "--vcs-ref", ":current:", "--data", f"distributed={after}"
+    )
+    assert result.returncode == 0, result.stderr
+    assert answers(project)["distributed"] == after and unmerged(project) == []
+
+    checkpoints = project / "outputs" / "run" / "checkpoints"
+    kept = sorted(path.name for path in checkpoints.iterdir())
+    twice = train_in(
+        project, processes[after], "--max_steps", "9", "--batch_size", per_process[before]
+    )
+    assert twice.returncode != 0
+    assert "error: --resume:" in twice.stderr and "batch_size x processes" in twice.stderr
+    if processes[after] == 1:  # torchrun adds a traceback of its own for a failed worker
+        assert "Traceback" not in twice.stderr, twice.stderr[-3000:]
+    assert sorted(path.name for path in checkpoints.iterdir()) == kept  # nothing written
+
+    resumed = train_in(
+        project, processes[after], "--max_steps", "9", "--batch_size", per_process[after]
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    note = f"written at world size {processes[before]}, this run's is {processes[after]}"
+    assert resumed.stderr.count(note) == 1, resumed.stderr[-3000:]
+    summary = yaml.safe_load((project / "outputs" / "run" / "summary.json").read_text())
+    assert summary["steps"] == 9
