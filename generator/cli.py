@@ -24,7 +24,7 @@ from generator.check import Options, Result, check_all, processes, visible_gpus
 from generator.cover import TESTED_PAIRS, covering
 from generator.render import render
 from generator.report import write_report
-from generator.selection import Shard, select
+from generator.selection import Shard, select, with_user_names
 
 SAMPLES = ("sample", "rest", "all", "none")
 
@@ -151,7 +151,8 @@ def _add_selection(parser: argparse.ArgumentParser, every: str) -> None:
     which.add_argument(
         "--pairwise",
         action="store_true",
-        help="a covering set in which every two choices of any two questions meet",
+        help="a covering set in which every two choices of any two questions meet; `check` "
+        "renders each with the shortest or the longest package name (unless --set names one)",
     )
     _add_sets(parser, "fix a question; the combinations of the others are selected (repeatable)")
     parser.add_argument(
@@ -235,6 +236,10 @@ def _check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     # Free-text answers given with --set (a project name, say) go into every render.
     combinations = [fixed | answers for answers in combinations]
     sample = [fixed | answers for answers in sample]
+    if args.pairwise and not {"project_name", "package_name"} & fixed.keys():
+        # The pairwise check proves the names users type too, not only the default.
+        combinations = with_user_names(space, combinations)
+        sample = with_user_names(space, sample)
 
     with tempfile.TemporaryDirectory(prefix="generator-check-") as scratch:
         workdir = args.workdir or Path(scratch)

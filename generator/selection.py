@@ -18,6 +18,17 @@ T = TypeVar("T")
 
 _SHARD = re.compile(r"^(\d+)/(\d+)$")
 
+# Names other than the default, for renders that prove what users type: the shortest and
+# the longest package name the validator takes (a line holding the name must be formatted
+# alike at both ends).
+USER_NAMES: tuple[Answers, ...] = (
+    {"project_name": "Q", "package_name": "q"},
+    {
+        "project_name": "Satellite Crop Yield Segmentation Models",
+        "package_name": "satellite_crop_yield_segmentation_models",
+    },
+)
+
 
 @dataclass(frozen=True)
 class Shard:
@@ -75,3 +86,12 @@ def select(
 def matching(combinations: Sequence[Answers], fixed: Mapping[str, Answer]) -> list[Answers]:
     """The combinations that agree with every fixed answer to a question with choices."""
     return [c for c in combinations if all(c[k] == v for k, v in fixed.items() if k in c)]
+
+
+def with_user_names(space: AnswerSpace, combinations: Sequence[Answers]) -> list[Answers]:
+    """Each combination with one of USER_NAMES, picked by a hash of its slug: the same name
+    for a combination in any selection or shard."""
+    return [
+        USER_NAMES[hashlib.sha256(space.slug(c).encode()).digest()[0] % len(USER_NAMES)] | c
+        for c in combinations
+    ]

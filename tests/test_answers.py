@@ -129,11 +129,18 @@ def test_the_real_answer_space() -> None:
 
 def test_covering_leaves_out_choices_covered_elsewhere(sample) -> None:
     first = sample.axes[0]
-    covered = {(first.name, choice) for choice in first.choices}
+    covered = [sample.defaults() | {first.name: choice} for choice in first.choices]
     chosen = covering(sample, covered=covered)
     used = {pair for combo in chosen for pair in combo.items()}
-    rest = {(axis.name, c) for axis in sample.axes[1:] for c in axis.choices}
+    rest = {(axis.name, c) for axis in sample.axes[1:] for c in axis.choices if c != axis.default}
     assert rest <= used
-    assert len(chosen) == max(len(axis.choices) for axis in sample.axes[1:])
-    everything = {(axis.name, c) for axis in sample.axes for c in axis.choices}
-    assert covering(sample, covered=everything) == []
+    assert len(chosen) == max(len(axis.choices) - 1 for axis in sample.axes[1:])
+    assert covering(sample, covered=sample.combinations()) == []
+
+
+def test_covering_pairs_uses_every_combination_of_their_choices(sample) -> None:
+    first, second = sample.axes[0].name, sample.axes[1].name
+    chosen = covering(sample, pairs=[(first, second)])
+    met = {(combo[first], combo[second]) for combo in chosen}
+    assert met == {(a, b) for a in sample.axes[0].choices for b in sample.axes[1].choices}
+    assert len(chosen) < len(covering(sample, pairs=[(first, second)]) + sample.combinations())

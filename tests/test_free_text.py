@@ -24,6 +24,7 @@ from generator.answers import COPIER_YML, Answers, load_space
 from generator.checks import static_problems
 from generator.cover import covering
 from generator.render import ANSWERS_FILE, render, template_copy
+from generator.selection import USER_NAMES, select, with_user_names
 
 SPACE = load_space()
 TASKS = next(axis.choices for axis in SPACE.axes if axis.name == "task_type")
@@ -77,13 +78,7 @@ def check_render(template: Path, dest: Path, answers: Answers, typed: dict[str, 
     assert not problems, "\n".join([f"answers: {answers | typed}", *problems])
 
 
-NAMES = {
-    "shortest": {"project_name": "Q", "package_name": "q"},
-    "longest": {
-        "project_name": "Satellite Crop Yield Segmentation Models",
-        "package_name": "satellite_crop_yield_segmentation_models",
-    },
-}
+NAMES = dict(zip(("shortest", "longest"), USER_NAMES, strict=True))
 
 
 @pytest.mark.parametrize("length", NAMES)
@@ -97,7 +92,8 @@ def test_every_task_renders_clean_with_both_names(template, tmp_path):
     for task in TASKS:
         for length, names in NAMES.items():
             answers = COVER[0] | {"task_type": task}
-            check_render(template, tmp_path / f"{task}-{length}", answers, names)
+            typed = names | {"description": NASTY, "author_name": "Ünal"}
+            check_render(template, tmp_path / f"{task}-{length}", answers, typed)
 
 
 package_names = st.from_regex(r"[a-z_][a-z0-9_]{0,39}", fullmatch=True).filter(
@@ -172,3 +168,11 @@ def test_a_refused_answer_names_the_rule(template, tmp_path, answer, value, rule
     message = str(refused.value)
     assert rule in message and f"question '{answer}'" in message
     assert not (tmp_path / "p").exists() or not any((tmp_path / "p").iterdir())
+
+
+def test_the_pairwise_check_renders_with_both_user_names() -> None:
+    _, pairwise_set = select(SPACE, pairwise_only=True)
+    named = with_user_names(SPACE, pairwise_set)
+    assert [{k: c[k] for k in pairwise_set[0]} for c in named] == pairwise_set
+    assert {c["package_name"] for c in named} == {n["package_name"] for n in USER_NAMES}
+    assert with_user_names(SPACE, pairwise_set[3:5]) == named[3:5]  # the same in any shard

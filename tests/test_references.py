@@ -7,6 +7,7 @@ sync` does that, and its results are exempt from the check.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import yaml
 from generator import REPO_ROOT
 from generator.answers import load_space
 from generator.cli import main
-from generator.cover import covering
+from generator.cover import TESTED_PAIRS, covering, features
 from generator.references import (
     COMMIT,
     CURVES_PNG,
@@ -26,8 +27,8 @@ from generator.references import (
     RESULTS_JSON,
     RESULTS_MD,
     SRC_PATH,
-    covered_choices,
     references,
+    tested_combinations,
 )
 from generator.render import ANSWERS_FILE
 from generator.selection import select
@@ -176,14 +177,21 @@ def test_a_failing_project_test_fails_the_command_and_shows_it(
 
 
 def test_rest_of_the_sample_covers_what_the_references_leave() -> None:
-    """`check --project-tests rest` (make test) tests only the choices no reference uses."""
-    covered = covered_choices(SPACE)
-    for ref in REFS:
-        answers = SPACE.defaults() | ref.answers
-        assert {(axis.name, answers[axis.name]) for axis in SPACE.axes} <= covered
+    """`check --project-tests rest` (make test) tests only what no reference project tests:
+    the choices, and each task's pairings with mixed precision and with distributed."""
+    tested = tested_combinations(SPACE)
+    assert tested == [
+        {a.name: (SPACE.defaults() | r.answers)[a.name] for a in SPACE.axes} for r in REFS
+    ]
     _, pairwise_set = select(SPACE, pairwise_only=True)
-    rest = covering(SPACE, pairwise_set, covered)
+    rest = covering(SPACE, pairwise_set, tested, TESTED_PAIRS)
     assert all(combo in pairwise_set for combo in rest)
-    every = {(axis.name, choice) for axis in SPACE.axes for choice in axis.choices}
-    assert covered | {choice for combo in rest for choice in combo.items()} == every
-    assert len(rest) < len(covering(SPACE, pairwise_set))
+    every = {f for combo in SPACE.combinations() for f in features(combo, TESTED_PAIRS)}
+    run = {f for combo in [*tested, *rest] for f in features(combo, TESTED_PAIRS)}
+    assert run == every
+    tasks = next(axis.choices for axis in SPACE.axes if axis.name == "task_type")
+    for task, precision in itertools.product(tasks, ("no", "fp16", "bf16")):
+        assert any(
+            c["task_type"] == task and c["mixed_precision"] == precision for c in tested + rest
+        )
+    assert len(rest) < len(covering(SPACE, pairwise_set, pairs=TESTED_PAIRS))
