@@ -28,12 +28,22 @@ def one_thread():
 
 
 @pytest.fixture
-def short_run(tmp_path):
+def short_run(tmp_path, short_run_in):
     """Arguments for a short run into a fresh output directory; extra arguments override."""
 
     def args(*extra: str, output_dir=None) -> list[str]:
+        return short_run_in(output_dir or tmp_path / "run", *extra)
+
+    return args
+
+
+@pytest.fixture(scope="session")
+def short_run_in():
+    """short_run's arguments for a given output directory, for fixtures wider than a test."""
+
+    def args(output_dir: Path, *extra: str) -> list[str]:
         fields = {
-            "output_dir": output_dir or tmp_path / "run",
+            "output_dir": output_dir,
             "max_steps": 6,
             "log_every": 1,
             "eval_every": 3,

@@ -4,8 +4,14 @@ import pytest
 import torch
 from PIL import Image
 
-from image_classification.config import ConfigError, load_config
-from image_classification.data import Preprocess, build_datasets
+from image_classification.config import (
+    ConfigError,
+    load_config,
+)
+from image_classification.data import (
+    Preprocess,
+    build_datasets,
+)
 from image_classification.loaders import build_loaders
 from image_classification.train import main
 from image_classification.tune import main as tune

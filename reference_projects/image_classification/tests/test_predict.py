@@ -5,7 +5,11 @@ from PIL import Image
 from sklearn.datasets import load_digits
 
 from image_classification.data import stratified_split
-from image_classification.predict import load_trained, main, predict
+from image_classification.predict import (
+    load_trained,
+    main,
+    predict,
+)
 from image_classification.train import main as train
 
 

@@ -3,10 +3,10 @@
     python -m torch.distributed.run --standalone --nproc_per_node 2 tests/multiprocess_runs.py PLAN
 
 Launched like the README's command, every process runs each run of the JSON file PLAN in
-turn through `train.main` (what `-m image_classification_loaded.train` runs), so the processes start
+turn through `train.main` (what `-m PACKAGE.train` runs), so the processes start
 once for all the runs, in one process group. A run may name the step during which each
 process receives SIGTERM, as a scheduler preempting the job sends it to every process; the
-run then ends with the exit code `-m image_classification_loaded.train` would exit with, and the
+run then ends with the exit code `-m PACKAGE.train` would exit with, and the
 next run starts. Then rank 0 calls a collective that rank 1 never joins, to time how long
 the process group waits. Each process writes what it saw to `report-RANK.json`.
 """

@@ -2,7 +2,11 @@
 
 import pytest
 
-from image_classification_loaded.config import ConfigError, TrainConfig, load_config
+from image_classification_loaded.config import (
+    ConfigError,
+    TrainConfig,
+    load_config,
+)
 from image_classification_loaded.train import main
 
 

@@ -4,8 +4,14 @@ import pytest
 import torch
 from PIL import Image
 
-from image_classification_loaded.config import ConfigError, load_config
-from image_classification_loaded.data import Preprocess, build_datasets
+from image_classification_loaded.config import (
+    ConfigError,
+    load_config,
+)
+from image_classification_loaded.data import (
+    Preprocess,
+    build_datasets,
+)
 from image_classification_loaded.loaders import build_loaders
 from image_classification_loaded.train import main
 from image_classification_loaded.tune import main as tune

@@ -1,7 +1,8 @@
 """Several processes train as one: 2 processes with half the batch each match 1 process with
 the whole batch, only rank 0 writes, a checkpoint of 2 processes resumes exactly on 2 and
-loads on 1, SIGTERM to every process stops them all after one step and the same command
-resumes exactly, and a collective that one process misses fails after dist_timeout_s.
+loads on 1 (and one of 1 on 2) with a line saying what is not exact, SIGTERM to every
+process stops them all after one step and the same command resumes exactly, and a
+collective that one process misses fails after dist_timeout_s.
 
 The processes run on the CPU and talk over gloo, started by torchrun as in the README; one
 launch runs every multi-process run (tests/multiprocess_runs.py), with a timeout, and its
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from accelerate.state import AcceleratorState, GradientState, PartialState
 from multiprocess_runs import without_batchnorm
 from safetensors.torch import load_file
 
@@ -120,6 +122,13 @@ def launched(tmp_path_factory, embedded_args):
     process lists, for each run, the steps it trained and the code it exited with."""
     root = tmp_path_factory.mktemp("two-processes")
     reports = tmp_path_factory.mktemp("reports")
+    # A run of one process with the global batch, whose checkpoint the 2 processes resume.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(train_module, "build_model", without_batchnorm(train_module.build_model))
+        main(run_args(root / "one", *embedded_args, "--batch_size", str(2 * HALF_BATCH)))
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    PartialState._reset_state()
 
     def run(name: str, *extra: str) -> dict:
         args = run_args(root / name, *embedded_args, "--batch_size", str(HALF_BATCH), *extra)
@@ -131,6 +140,7 @@ def launched(tmp_path_factory, embedded_args):
         "whole": run("whole"),
         "accumulated": run("accumulated", "--grad_accum_steps", "2"),
         "resumed": run("resumed", "--resume", str(step_3)),
+        "from-one": run("from-one", "--resume", str(root / "one/checkpoints/step-000003.pt")),
         "logged-every-2": run("logged-every-2", *every_2),
     }
     # SIGTERM reaches rank 1 a step before rank 0, as a scheduler's signal may reach the
@@ -166,6 +176,7 @@ def launched(tmp_path_factory, embedded_args):
             os.killpg(child.pid, signal.SIGKILL)
         child.wait()
     assert child.returncode == 0, output[-6000:]
+    (root / "launch.log").write_text(output)
     report = [json.loads((reports / f"report-{rank}.json").read_text()) for rank in (0, 1)]
     for seen in report:
         seen["runs"] = dict(zip(runs, seen["runs"], strict=True))
@@ -231,12 +242,23 @@ def test_sigterm_to_every_process_stops_them_after_one_step_and_the_rerun_is_exa
     assert_same_end(root / name, root / "logged-every-2")
 
 
-def test_checkpoint_of_two_processes_loads_on_one(launched, one_process):
-    """One process with the global batch continues as the 2 processes did."""
+def test_checkpoint_of_two_processes_loads_on_one(launched, one_process, capsys):
+    """One process with the global batch continues as the 2 processes did, and says what
+    is not exact."""
     root, _ = launched
     checkpoint = root / "whole" / "checkpoints" / "step-000003.pt"
     resumed = one_process("resumed", "--resume", str(checkpoint))
     assert_close_runs(resumed, root / "whole", from_step=3)
+    assert "written at world size 2, this run's is 1" in capsys.readouterr().err
+
+
+def test_checkpoint_of_one_process_resumes_on_two(launched):
+    """2 processes with half the batch each continue as the one process did: the layout of a
+    checkpoint is the same for any number of processes (and for a distributed=single render)."""
+    root, _ = launched
+    assert_close_runs(root / "from-one", root / "one", from_step=3)
+    launch_log = (root / "launch.log").read_text()
+    assert launch_log.count("written at world size 1, this run's is 2") == 1  # rank 0 only
 
 
 def test_a_collective_one_process_misses_fails_after_the_timeout(launched):

@@ -11,9 +11,19 @@ import torch
 
 from image_classification_loaded import export as export_module
 from image_classification_loaded import task
-from image_classification_loaded.artifact import FILE_NAME, ExportError, load_artifact
+from image_classification_loaded.artifact import (
+    FILE_NAME,
+    ExportError,
+    load_artifact,
+)
 from image_classification_loaded.checkpoint import load_checkpoint
-from image_classification_loaded.export import ATOL, EXAMPLE_BATCH, RTOL, main, verify
+from image_classification_loaded.export import (
+    ATOL,
+    EXAMPLE_BATCH,
+    RTOL,
+    main,
+    verify,
+)
 from image_classification_loaded.predict import load_trained
 from image_classification_loaded.train import main as train
 

@@ -2,7 +2,11 @@
 
 import pytest
 
-from language_modeling.config import ConfigError, TrainConfig, load_config
+from language_modeling.config import (
+    ConfigError,
+    TrainConfig,
+    load_config,
+)
 from language_modeling.train import main
 
 

@@ -3,7 +3,10 @@
 import pytest
 import torch
 
-from language_modeling.config import ConfigError, load_config
+from language_modeling.config import (
+    ConfigError,
+    load_config,
+)
 from language_modeling.data import (
     IGNORE,
     Preprocess,

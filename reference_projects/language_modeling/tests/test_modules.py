@@ -3,10 +3,14 @@
 import pytest
 from torch import nn
 
+from language_modeling import train
 from language_modeling.data import build_datasets
 from language_modeling.model import build_model
 from language_modeling.train import main
-from language_modeling.utils.modules import UnregisteredModuleError, assert_modules_registered
+from language_modeling.utils.modules import (
+    UnregisteredModuleError,
+    assert_modules_registered,
+)
 
 
 class PlainList(nn.Module):
@@ -46,8 +50,6 @@ def test_project_model_passes_the_audit(cfg):
 
 
 def test_trainer_refuses_a_model_with_a_plain_list(monkeypatch, short_run, capsys):
-    monkeypatch.setattr(
-        "language_modeling.train.build_model", lambda cfg, preprocess: PlainList()
-    )
+    monkeypatch.setattr(train, "build_model", lambda cfg, preprocess: PlainList())
     with pytest.raises(SystemExit, match="'layers'"):
         main(short_run())

@@ -2,8 +2,15 @@
 
 import pytest
 
-from language_modeling.data import embedded_text, split
-from language_modeling.predict import load_trained, main, predict
+from language_modeling.data import (
+    embedded_text,
+    split,
+)
+from language_modeling.predict import (
+    load_trained,
+    main,
+    predict,
+)
 from language_modeling.train import main as train
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from language_modeling import train
 from language_modeling.train import main
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -45,7 +46,7 @@ def test_an_interrupted_run_has_no_end_time(short_run, tmp_path, monkeypatch):
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("language_modeling.train.save_checkpoint", interrupt)
+    monkeypatch.setattr(train, "save_checkpoint", interrupt)
     with pytest.raises(KeyboardInterrupt):
         main(short_run())
     assert "end_time" not in json.loads((tmp_path / "run" / "run.json").read_text())
@@ -76,7 +77,7 @@ def test_trains_in_a_network_namespace_with_only_loopback(short_run, tmp_path):
     if unshare is None or subprocess.run([unshare, "-rn", "true"], capture_output=True).returncode:
         pytest.skip("`unshare -rn` (unprivileged user and network namespaces) is not available")
     env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
-    command = [unshare, "-rn", sys.executable, "-m", "language_modeling.train", *short_run()]
+    command = [unshare, "-rn", sys.executable, "-m", train.__name__, *short_run()]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 6

@@ -4,7 +4,10 @@ import pytest
 import torch
 
 from language_modeling.predict import load_trained
-from language_modeling.sample import generate, main
+from language_modeling.sample import (
+    generate,
+    main,
+)
 from language_modeling.train import main as train
 
 

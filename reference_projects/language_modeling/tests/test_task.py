@@ -8,7 +8,10 @@ import pytest
 import torch
 
 from language_modeling import task
-from language_modeling.data import IGNORE, Preprocess
+from language_modeling.data import (
+    IGNORE,
+    Preprocess,
+)
 from language_modeling.train import main
 
 E_ACUTE = list("é".encode())  # one character, two bytes: 0xc3 0xa9

@@ -2,7 +2,11 @@
 
 import pytest
 
-from semantic_segmentation.config import ConfigError, TrainConfig, load_config
+from semantic_segmentation.config import (
+    ConfigError,
+    TrainConfig,
+    load_config,
+)
 from semantic_segmentation.train import main
 
 

@@ -5,8 +5,15 @@ import pytest
 import torch
 from PIL import Image
 
-from semantic_segmentation.config import ConfigError, load_config
-from semantic_segmentation.data import Preprocess, build_datasets, synthetic_shapes
+from semantic_segmentation.config import (
+    ConfigError,
+    load_config,
+)
+from semantic_segmentation.data import (
+    Preprocess,
+    build_datasets,
+    synthetic_shapes,
+)
 from semantic_segmentation.loaders import build_loaders
 from semantic_segmentation.train import main
 from semantic_segmentation.tune import main as tune

@@ -3,10 +3,14 @@
 import pytest
 from torch import nn
 
+from semantic_segmentation import train
 from semantic_segmentation.data import build_datasets
 from semantic_segmentation.model import build_model
 from semantic_segmentation.train import main
-from semantic_segmentation.utils.modules import UnregisteredModuleError, assert_modules_registered
+from semantic_segmentation.utils.modules import (
+    UnregisteredModuleError,
+    assert_modules_registered,
+)
 
 
 class PlainList(nn.Module):
@@ -46,8 +50,6 @@ def test_project_model_passes_the_audit(cfg):
 
 
 def test_trainer_refuses_a_model_with_a_plain_list(monkeypatch, short_run, capsys):
-    monkeypatch.setattr(
-        "semantic_segmentation.train.build_model", lambda cfg, preprocess: PlainList()
-    )
+    monkeypatch.setattr(train, "build_model", lambda cfg, preprocess: PlainList())
     with pytest.raises(SystemExit, match="'layers'"):
         main(short_run())

@@ -5,8 +5,15 @@ import torch
 from PIL import Image
 
 from semantic_segmentation import task
-from semantic_segmentation.data import split, synthetic_shapes
-from semantic_segmentation.predict import load_trained, main, predict
+from semantic_segmentation.data import (
+    split,
+    synthetic_shapes,
+)
+from semantic_segmentation.predict import (
+    load_trained,
+    main,
+    predict,
+)
 from semantic_segmentation.train import main as train
 
 

@@ -2,7 +2,11 @@
 
 import pytest
 
-from tabular_regression.config import ConfigError, TrainConfig, load_config
+from tabular_regression.config import (
+    ConfigError,
+    TrainConfig,
+    load_config,
+)
 from tabular_regression.train import main
 
 

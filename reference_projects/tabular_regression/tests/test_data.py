@@ -5,8 +5,15 @@ import pytest
 import torch
 from sklearn.datasets import load_diabetes
 
-from tabular_regression.config import ConfigError, load_config
-from tabular_regression.data import Preprocess, build_datasets, split
+from tabular_regression.config import (
+    ConfigError,
+    load_config,
+)
+from tabular_regression.data import (
+    Preprocess,
+    build_datasets,
+    split,
+)
 from tabular_regression.train import main
 from tabular_regression.tune import main as tune
 

@@ -5,7 +5,12 @@ import pytest
 from sklearn.datasets import load_diabetes
 
 from tabular_regression.data import split
-from tabular_regression.predict import load_trained, main, predict, read_features
+from tabular_regression.predict import (
+    load_trained,
+    main,
+    predict,
+    read_features,
+)
 from tabular_regression.train import main as train
 
 FEATURES = ["age", "sex", "bmi", "bp", "s1", "s2", "s3", "s4", "s5", "s6"]  # diabetes, in order

@@ -1,9 +1,11 @@
-"""Checkpoints: complete, atomic, loadable with weights_only, and checked on resume."""
+"""Checkpoints: complete, atomic, loadable with weights_only, in step order at any step,
+versioned, and checked on resume."""
 
 import os
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from text_classification import checkpoint
 from text_classification.checkpoint import (
@@ -23,8 +25,10 @@ def trained(short_run, tmp_path):
 
 def test_checkpoint_holds_the_whole_training_state(trained):
     payload = load_checkpoint(trained / "checkpoints" / "step-000006.pt")
-    assert {"model", "optimizer", "progress", "rng", "config"} <= payload.keys()
+    assert {"model", "optimizer", "progress", "rng", "config", "data_fingerprint"} <= payload.keys()
+    assert payload["format"] == checkpoint.FORMAT_VERSION
     assert payload["progress"]["step"] == 6
+    assert len(payload["rng"]) == 1  # one entry per process, whatever the render
     # The learning rate is a function of the step, so the step restores the schedule.
     assert payload["optimizer"]["param_groups"][0]["lr"] > 0
     assert torch.load(trained / "checkpoints" / "step-000006.pt", weights_only=True)
@@ -71,5 +75,73 @@ def test_a_crash_before_the_rename_keeps_the_previous_checkpoint(trained, monkey
 
 
 def test_checkpoint_of_another_model_names_the_mismatched_keys(trained, short_run):
+    accepted = ("--resume_changed", "true")  # past the resume guard, which refuses it first
     with pytest.raises(SystemExit, match="does not fit this model.*shape"):
-        main(short_run("--width", "8", "--max_steps", "9"))
+        main(short_run("--width", "8", "--max_steps", "9", *accepted))
+
+
+def relabel(run_dir, step: int) -> None:
+    """Make the run's newest checkpoint the only one, as if taken at `step`."""
+    directory = run_dir / "checkpoints"
+    newest = list_checkpoints(directory)[-1]
+    payload = load_checkpoint(newest)
+    for path in list_checkpoints(directory):
+        path.unlink()
+    progress = checkpoint.Progress(**{**payload["progress"], "step": step})
+    checkpoint.save_checkpoint(directory, progress, payload, keep=2, is_best=True)
+
+
+@pytest.mark.parametrize("step", [999_999, 10**9 - 1])
+def test_checkpoints_stay_in_step_order_past_a_million_steps(trained, short_run, step):
+    """Names gain a digit at 10**6 (step-1000000.pt sorts before step-999999.pt as text):
+    resume, keep-N and the latest marker order by the step number."""
+    relabel(trained, step)
+    longer = ("--max_steps", str(step + 3), "--epochs", str(step), "--checkpoint_every", "1")
+    summary = main(short_run(*longer, "--keep_checkpoints", "2"))
+    assert summary["steps"] == step + 3
+    kept = list_checkpoints(trained / "checkpoints")
+    steps = [load_checkpoint(path)["progress"]["step"] for path in kept]
+    assert steps[-2:] == [step + 2, step + 3]  # the newest two kept, in step order
+    latest = (trained / "checkpoints" / "latest").read_text().strip()
+    assert latest == f"step-{step + 3:06d}.pt"
+    path, _ = find_resume_checkpoint(trained / "checkpoints")
+    assert path.name == latest
+    assert main(short_run(*longer))["steps"] == step + 3  # resumes at the end: nothing to train
+
+
+def test_a_checkpoint_of_a_newer_format_is_refused_in_one_line(trained, short_run):
+    newest = trained / "checkpoints" / "step-000006.pt"
+    payload = load_checkpoint(newest)
+    torch.save({**payload, "format": checkpoint.FORMAT_VERSION + 1}, newest)
+    with pytest.raises(SystemExit) as refused:
+        main(short_run("--max_steps", "9"))
+    message = str(refused.value.code)
+    assert f"format version {checkpoint.FORMAT_VERSION + 1}" in message and "\n" not in message
+    assert f"1 to {checkpoint.FORMAT_VERSION}" in message
+    # Not skipped for the older one, whose run would prune the newer checkpoint.
+    assert {p.name for p in list_checkpoints(trained / "checkpoints")} == {
+        "step-000003.pt",
+        "step-000006.pt",
+    }
+
+
+def as_version_1(payload: dict) -> dict:
+    """The layout before checkpoints had a format: no version, data fingerprint or schedule
+    total; one process kept its RNG states as a dict, the loader generator's beside them."""
+    old = {k: v for k, v in payload.items() if k not in ("format", "data_fingerprint", "rng")}
+    old["progress"] = {k: v for k, v in payload["progress"].items() if k != "total_steps"}
+    rng = dict(payload["rng"][0])
+    old["data_generator"] = rng.pop("data_generator")
+    old["rng"] = rng
+    return old
+
+
+def test_a_checkpoint_written_before_format_versions_resumes_exactly(trained, short_run, tmp_path):
+    step_3 = trained / "checkpoints" / "step-000003.pt"
+    old = tmp_path / "old" / "step-000003.pt"
+    old.parent.mkdir()
+    torch.save(as_version_1(load_checkpoint(step_3)), old)
+    main(short_run("--resume", str(old), output_dir=tmp_path / "resumed"))
+    whole = load_file(trained / "model" / "model.safetensors")
+    resumed = load_file(tmp_path / "resumed" / "model" / "model.safetensors")
+    assert all(torch.equal(whole[key], resumed[key]) for key in whole)

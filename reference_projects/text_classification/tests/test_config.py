@@ -2,7 +2,11 @@
 
 import pytest
 
-from text_classification.config import ConfigError, TrainConfig, load_config
+from text_classification.config import (
+    ConfigError,
+    TrainConfig,
+    load_config,
+)
 from text_classification.train import main
 
 

@@ -6,15 +6,28 @@ from collections import Counter
 import pytest
 import torch
 
-from text_classification.config import ConfigError, load_config
-from text_classification.data import PAD_ID, Preprocess, build_datasets, pad_batch
+from text_classification.config import (
+    ConfigError,
+    load_config,
+)
+from text_classification.data import (
+    PAD_ID,
+    Preprocess,
+    build_datasets,
+    pad_batch,
+)
 from text_classification.loaders import build_loaders
 from text_classification.reference import bag_of_words_accuracy
-from text_classification.reviews import ADJECTIVES, generate_reviews
+from text_classification.reviews import (
+    ADJECTIVES,
+    generate_reviews,
+)
 from text_classification.train import main
 
 TEXTS = ["A fine film.", "Not good at all.", "Great!", "It was bad.", "Quite good.", "Awful."]
 LABELS = ["pos", "neg", "pos", "neg", "pos", "neg"]
+
+PACKAGE = "text_classification"  # train.py configures its logger
 
 
 def test_reviews_are_distinct_balanced_and_the_same_every_time():
@@ -86,7 +99,7 @@ def test_long_texts_are_truncated_with_one_warning(tmp_path, make_text_file, cap
     make_text_file(tmp_path / "train.csv", texts, LABELS)
     cfg = load_config(["--data_dir", str(tmp_path), "--max_length", "12", "--val_fraction", "0.5"])
     # train.py's logging setup stops propagation; caplog listens at the root logger.
-    monkeypatch.setattr(logging.getLogger("text_classification"), "propagate", True)
+    monkeypatch.setattr(logging.getLogger(PACKAGE), "propagate", True)
     data = build_datasets(cfg)
     assert max(len(ids) for ids in [*data.train.tokens, *data.val.tokens]) == 12
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]

@@ -4,7 +4,11 @@ import pytest
 
 from text_classification.config import load_config
 from text_classification.data import build_datasets
-from text_classification.predict import load_trained, main, predict
+from text_classification.predict import (
+    load_trained,
+    main,
+    predict,
+)
 from text_classification.train import main as train
 
 

@@ -7,7 +7,11 @@ import torch
 from sklearn.metrics import f1_score
 
 from text_classification import task
-from text_classification.data import PAD_ID, Preprocess, build_datasets
+from text_classification.data import (
+    PAD_ID,
+    Preprocess,
+    build_datasets,
+)
 from text_classification.model import build_model
 from text_classification.train import main
 

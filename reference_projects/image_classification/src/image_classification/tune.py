@@ -1,6 +1,7 @@
 """Find the loader settings that train fastest on your data.
 
-    python -m image_classification.tune [--workers 0,1,2,4] [--batch_sizes 32,64,128] [--steps 30]
+    python -m image_classification.tune [--workers 0,1,2,4]
+        [--batch_sizes 32,64,128] [--steps 30]
                                    [--field value ...]
 
 Trains `steps` optimizer steps for every combination of loader workers and batch size

@@ -1,6 +1,6 @@
 """Classify images with a trained model.
 
-    python -m image_classification_loaded.predict outputs/run/model path/to/image.png [more.png ...]
+    python -m image_classification_loaded.predict outputs/run/model image.png [...]
 
 Loads model/ as training wrote it: the weights, the config that shaped the network, and
 the preprocessing fitted on the training data, so inference sees what training saw.
@@ -38,7 +38,7 @@ def predict(model: nn.Module, preprocess: Preprocess, images: list[Image.Image])
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2:
-        raise SystemExit("usage: python -m image_classification_loaded.predict MODEL_DIR IMAGE [IMAGE ...]")
+        raise SystemExit(f"usage: python -m {__package__}.predict MODEL_DIR IMAGE [IMAGE ...]")
     model, preprocess = load_trained(args[0])
     images = [Image.open(path) for path in args[1:]]
     for path, label in zip(args[1:], predict(model, preprocess, images), strict=True):

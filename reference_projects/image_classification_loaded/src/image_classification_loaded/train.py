@@ -26,14 +26,18 @@ from tqdm import tqdm
 from . import task
 from .checkpoint import (
     CONFIG,
+    DATA,
     MODEL,
     OPTIMIZER,
-    PROGRESS,
     RNG,
     CheckpointError,
     Progress,
+    check_resume,
     checkpoint_to_resume,
+    gather_rng_states,
     load_model_state,
+    restore_rng_states,
+    resumed_progress,
     save_checkpoint,
     save_weights,
 )
@@ -50,8 +54,6 @@ from .utils.distributed import (
     SharedPreemption,
     broadcast_buffers,
     check_launch,
-    gather_rng_states,
-    restore_own_rng_states,
     sum_over_processes,
     sync_batchnorm,
 )
@@ -110,9 +112,6 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     check_launch(accelerator)
     main_process = accelerator.is_main_process  # the one process that logs and writes files
     _configure_logging(main_process)
-    if main_process:
-        _prepare_output_dir(output_dir)
-        save_config(cfg, output_dir / "config.yaml")
     device = accelerator.device
     # Dropout and loader workers draw differently on each process; the initial weights are
     # rank 0's (DDP broadcasts them) and the batch order follows cfg.seed alone (loaders.py).
@@ -131,7 +130,29 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.max_steps:
         total_steps = min(total_steps, cfg.max_steps)
     baseline_value = task.baseline(datasets.train_targets, datasets.val_targets)
+
+    # --- resume: a checkpoint of another run is refused here, before anything is written
+    progress, state = Progress(), None
+    resume_from = checkpoint_to_resume(cfg.resume, checkpoint_dir)
+    if resume_from:
+        path, state = resume_from
+        for note in check_resume(path, state, cfg, datasets.fingerprint, accelerator.num_processes):
+            log.warning("%s", note)
+        progress = resumed_progress(
+            state, cfg, datasets.fingerprint, accelerator.num_processes, batches_per_epoch
+        )
+        log.info("resuming from %s at step %d", path, progress.step)
+        if progress.total_steps not in (0, total_steps):
+            log.info(
+                "the run now ends at step %d instead of %d: the learning-rate decay is "
+                "stretched to the new end from here on",
+                total_steps,
+                progress.total_steps,
+            )
+    progress.total_steps = total_steps
     if main_process:
+        _prepare_output_dir(output_dir)
+        save_config(cfg, output_dir / "config.yaml")
         write_json(
             output_dir / "run.json",
             run_info(cfg, datasets.fingerprint, accelerator.num_processes, device),
@@ -153,16 +174,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     # Only the model goes through prepare(): a plain optimizer step has no per-step overhead.
     model = accelerator.prepare(model)
 
-    # --- resume
-    progress = Progress()
-    resume_from = checkpoint_to_resume(cfg.resume, checkpoint_dir)
-    if resume_from:
-        path, state = resume_from
+    # --- the resumed state
+    if state:
         load_model_state(raw_model, state[MODEL], path)
         optimizer.load_state_dict(state[OPTIMIZER])
-        restore_own_rng_states(state[RNG], accelerator, data_generator)
-        progress = Progress(**state[PROGRESS])
-        log.info("resumed from %s at step %d", path, progress.step)
+        restore_rng_states(state[RNG], accelerator, data_generator)
+        del state  # the checkpoint's copy of every tensor, no longer needed
     log.info(
         "%s on %s, world size %d: %d train / %d val samples, %d steps of %d samples "
         "(batch_size %d x world size %d x grad_accum_steps %d); lr is not scaled with it",
@@ -180,14 +197,15 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     def save(is_best: bool) -> None:
         progress.window_losses = window.pending_losses()  # raises if the loss diverged
-        state = {
+        states = {
             MODEL: raw_model.state_dict(),  # no `_orig_mod.` prefixes, loads without compile
             OPTIMIZER: optimizer.state_dict(),
             CONFIG: asdict(cfg),
+            DATA: datasets.fingerprint,
             RNG: gather_rng_states(accelerator, data_generator),  # one entry per process
         }
         if main_process:
-            save_checkpoint(checkpoint_dir, progress, state, cfg.keep_checkpoints, is_best)
+            save_checkpoint(checkpoint_dir, progress, states, cfg.keep_checkpoints, is_best)
         accelerator.wait_for_everyone()  # no process runs ahead of the save, or exits before it
 
     # --- the loop
@@ -372,12 +390,12 @@ def _prepare_output_dir(output_dir: Path) -> None:
 
 
 def _configure_logging(main_process: bool) -> None:
-    """Log lines go through tqdm.write, so they never break the progress bar; the processes
-    other than the main one log warnings and errors only."""
+    """Log lines go through tqdm.write, so they never break the progress bar. The processes
+    other than the main one log errors only: their warnings would repeat the main one's."""
     handler = _TqdmHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
     log.handlers[:] = [handler]
-    log.setLevel(logging.INFO if main_process else logging.WARNING)
+    log.setLevel(logging.INFO if main_process else logging.ERROR)
     log.propagate = False
 
 

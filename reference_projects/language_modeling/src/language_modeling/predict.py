@@ -1,6 +1,6 @@
 """Score text with a trained model: bits per character, measured as evaluation measures them.
 
-    python -m language_modeling.predict outputs/run/model notes.txt [more.txt ...]
+    python -m language_modeling.predict outputs/run/model notes.txt [...]
 
 Loads model/ as training wrote it: the weights, the config that shaped the network and the
 preprocessing (bytes, context). Prints each file's bits per character: how many bits a
@@ -54,7 +54,7 @@ def predict(model: nn.Module, preprocess: Preprocess, texts: list[str]) -> list[
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2:
-        raise SystemExit("usage: python -m language_modeling.predict MODEL_DIR FILE [FILE ...]")
+        raise SystemExit(f"usage: python -m {__package__}.predict MODEL_DIR FILE [FILE ...]")
     model, preprocess = load_trained(args[0])
     for path in args[1:]:
         try:

@@ -1,7 +1,7 @@
 """Generate text with a trained model.
 
-    python -m language_modeling.sample outputs/run/model [--prompt TEXT] [--length N]
-        [--temperature T] [--top_k K] [--seed S]
+    python -m language_modeling.sample outputs/run/model [--prompt TEXT]
+        [--length N] [--temperature T] [--top_k K] [--seed S]
 
 Feeds the prompt's bytes to the model and draws one byte at a time from its prediction,
 each drawn byte appended to the input; the model sees the last `context` bytes. Prints
@@ -92,7 +92,7 @@ def _at_least(minimum: float, kind: type):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="python -m language_modeling.sample",
+        prog=f"python -m {__package__}.sample",
         description="Generate text with a trained model.",
     )
     parser.add_argument("model_dir", metavar="MODEL_DIR", help="model/ of a training run")

@@ -27,6 +27,9 @@ class TrainConfig:
     output_dir: str = "outputs/run"  # config, metrics, checkpoints and model/ go here
     seed: int = 0  # seeds weights, dropout and data order; the validation split is fixed
     resume: str = "auto"  # auto: newest checkpoint in output_dir | none | PATH to a file
+    # Resume although fields outside RESUME_FREE_FIELDS changed: the weights and optimizer
+    # state continue, but the run is no longer the one the checkpoint came from (not exact).
+    resume_changed: bool = False
     cpu: bool = False  # force the CPU even when a GPU is present
     deterministic: bool = False  # bit-exact GPU runs, at a speed cost (see utils/seed.py)
     # --- data
@@ -62,6 +65,27 @@ class TrainConfig:
     detect_anomaly: bool = False  # autograd anomaly detection (about 10x slower)
     profile: bool = False  # write a profiler trace of a few steps to output_dir/profile
 
+
+# Fields a resumed run may change: they decide when things happen, where they go and how far
+# the run goes (max_steps or epochs extend it), never what a step computes. A change to any
+# other field, to the data, or to the global batch (batch_size x processes) is refused on
+# resume unless --resume_changed true accepts it (checkpoint.check_resume).
+RESUME_FREE_FIELDS = frozenset(
+    {
+        "output_dir",
+        "resume",
+        "resume_changed",
+        "epochs",
+        "max_steps",
+        "num_workers",
+        "eval_every",
+        "log_every",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "detect_anomaly",
+        "profile",
+    }
+)
 
 # Checked after parsing: field -> (test, what is allowed).
 _RULES: dict[str, tuple[typing.Callable[[typing.Any], bool], str]] = {

@@ -1,6 +1,6 @@
 """Segment images with a trained model, writing one mask PNG per image.
 
-    python -m semantic_segmentation.predict outputs/run/model image.png [more.png ...] [--out DIR]
+    python -m semantic_segmentation.predict outputs/run/model *.png [--out DIR]
 
 Loads model/ as training wrote it: the weights, the config that shaped the network, and
 the preprocessing fitted on the training data, so inference sees what training saw. Each
@@ -22,7 +22,7 @@ from .config import TrainConfig
 from .data import Preprocess
 from .model import build_model
 
-USAGE = "usage: python -m semantic_segmentation.predict MODEL_DIR IMAGE [IMAGE ...] [--out DIR]"
+USAGE = f"usage: python -m {__package__}.predict MODEL_DIR IMAGE [IMAGE ...] [--out DIR]"
 
 
 def load_trained(model_dir: str | Path) -> tuple[nn.Module, Preprocess]:

@@ -28,7 +28,9 @@ def learning_rate(step: int, cfg: TrainConfig, total_steps: int) -> float:
     """The learning rate for optimizer step `step` (0-based): a pure function of the step.
 
     Being stateless, the schedule resumes exactly from the step stored in a checkpoint, and
-    setting it costs nothing per step (torch's LRScheduler wraps optimizer.step instead).
+    setting it costs nothing per step (torch's LRScheduler wraps optimizer.step instead). A
+    run resumed with another total (--max_steps or --epochs, to extend it) follows the
+    schedule of its new total from then on: the decay stretched to the new end.
     """
     return cfg.lr * warmup_cosine(step, cfg.warmup_steps, total_steps)
 

@@ -60,7 +60,7 @@ def read_features(path: str | Path, preprocess: Preprocess) -> np.ndarray:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        raise SystemExit("usage: python -m tabular_regression.predict MODEL_DIR FILE.csv")
+        raise SystemExit(f"usage: python -m {__package__}.predict MODEL_DIR FILE.csv")
     model, preprocess = load_trained(args[0])
     try:
         features = read_features(args[1], preprocess)

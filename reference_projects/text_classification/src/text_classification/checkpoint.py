@@ -1,9 +1,14 @@
 """Checkpoints: complete, atomic, self-describing; and the weights kept for inference.
 
 A checkpoint is a dict of state_dicts, tensors and plain values (never pickled objects),
-so it loads with `weights_only=True`. Files are `checkpoints/step-000120.pt`; the newest
+so it loads with `weights_only=True`. Files are `checkpoints/step-000120.pt`, ordered by
+the step number in the name (step-1000000.pt comes after step-999999.pt); the newest
 `keep_checkpoints` are kept, plus the best by the task's metric. The text files `latest`
 and `best` beside them name a checkpoint and only move after it is completely written.
+
+Every checkpoint has one layout, whatever the number of processes that wrote it: RNG holds
+one entry per process. FORMAT_VERSION numbers that layout; older versions load through
+`_upgrade`, newer ones are refused.
 """
 
 import logging
@@ -17,8 +22,12 @@ from typing import IO, Any
 
 import numpy as np
 import torch
+from accelerate import Accelerator
+from accelerate.utils import gather_object
 from safetensors.torch import load_file, save_file
 from torch import nn
+
+from .config import RESUME_FREE_FIELDS, TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +36,24 @@ MODEL = "model"
 OPTIMIZER = "optimizer"
 SCALER = "scaler"
 PROGRESS = "progress"
-RNG = "rng"
+RNG = "rng"  # a list: one entry per process, in rank order
 CONFIG = "config"
+DATA = "data_fingerprint"
+FORMAT = "format"
+DATA_GENERATOR = "data_generator"  # key of the loader generator's state in an RNG entry
+
+# 1: before checkpoints had FORMAT (one process stored RNG as a dict); 2: this layout.
+FORMAT_VERSION = 2
 
 _NAME = re.compile(r"^step-(\d+)\.pt$")
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be used; the message names the file and the reason."""
+
+
+class CheckpointRefused(CheckpointError):
+    """A readable checkpoint that this run must not continue: never skipped for an older one."""
 
 
 @dataclass
@@ -48,6 +67,7 @@ class Progress:
     best_step: int | None = None
     # Losses of the steps since the last log step: a resumed run logs the same averages.
     window_losses: list[float] = field(default_factory=list)
+    total_steps: int = 0  # where the run ends; 0: unknown (checkpoints of format version 1)
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
@@ -61,13 +81,10 @@ def save_checkpoint(
     keep: int,
     is_best: bool,
 ) -> Path:
-    """Write `states` plus progress and RNG states atomically, move the markers, prune.
-
-    The RNG states are this process's, unless `states` brings its own under RNG.
-    """
+    """Write `states` plus progress and the format version atomically, move the markers, prune."""
     directory.mkdir(parents=True, exist_ok=True)
     path = checkpoint_path(directory, progress.step)
-    payload = {RNG: rng_states(), **states, PROGRESS: asdict(progress)}
+    payload = {FORMAT: FORMAT_VERSION, **states, PROGRESS: asdict(progress)}
     _atomic_write(path, lambda file: torch.save(payload, file))
     _atomic_write(directory / "latest", lambda file: file.write(f"{path.name}\n".encode()))
     if is_best:
@@ -87,6 +104,21 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint '{path}' is unreadable ({reason[:120]})") from None
     if not isinstance(payload, dict) or not {MODEL, PROGRESS} <= payload.keys():
         raise CheckpointError(f"checkpoint '{path}' is not a training checkpoint of this project")
+    version = payload.get(FORMAT, 1)
+    if version not in range(1, FORMAT_VERSION + 1):
+        raise CheckpointRefused(
+            f"checkpoint '{path}' has format version {version!r}; this project reads versions "
+            f"1 to {FORMAT_VERSION}: update the project (copier update) to read it"
+        )
+    return _upgrade(payload)
+
+
+def _upgrade(payload: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint in this version's layout. Version 1 of one process kept its RNG states
+    as a dict and the loader generator's beside them; of several, a list as now."""
+    if isinstance(payload[RNG], dict):
+        payload[RNG] = [payload[RNG] | {DATA_GENERATOR: payload.pop(DATA_GENERATOR)}]
+    payload[FORMAT] = FORMAT_VERSION
     return payload
 
 
@@ -100,20 +132,96 @@ def checkpoint_to_resume(resume: str, directory: Path) -> tuple[Path, dict[str, 
 
 
 def find_resume_checkpoint(directory: Path) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint in `directory` that loads; a broken newer one is reported, skipped."""
-    for path in sorted(list_checkpoints(directory), reverse=True):
+    """The newest checkpoint in `directory` that loads; a broken newer one is reported, skipped.
+
+    One of a format this project cannot read is refused instead: the run would otherwise
+    continue from an older one, and its pruning delete the newer.
+    """
+    for path in reversed(list_checkpoints(directory)):
         try:
             return path, load_checkpoint(path)
+        except CheckpointRefused:
+            raise
         except CheckpointError as error:
             log.warning("%s; trying the previous one", error)
     return None
 
 
+def check_resume(
+    path: Path,
+    state: dict[str, Any],
+    cfg: TrainConfig,
+    data_fingerprint: str,
+    num_processes: int,
+) -> list[str]:
+    """Refuse to continue a checkpoint whose run computed something else; say what is not exact.
+
+    A changed field outside config.RESUME_FREE_FIELDS, other data, or another global batch
+    (batch_size x processes) raises CheckpointRefused naming each change, before the run
+    writes anything, unless `cfg.resume_changed` accepts them. Returns the lines to log:
+    the changes accepted, and what another number of processes makes inexact.
+    """
+    saved = state[CONFIG]
+    written_by = len(state[RNG])
+    changes = [
+        f"{name} {saved[name]!r} -> {value!r}"
+        for name, value in asdict(cfg).items()
+        if name in saved and name not in RESUME_FREE_FIELDS | {"batch_size"}
+        if saved[name] != value
+    ]
+    if saved["batch_size"] * written_by != cfg.batch_size * num_processes:
+        changes.append(
+            f"batch_size x processes {saved['batch_size']} x {written_by} -> "
+            f"{cfg.batch_size} x {num_processes}"
+        )
+    if state.get(DATA, data_fingerprint) != data_fingerprint:  # version 1 did not record it
+        changes.append(f"data (fingerprint {state[DATA]} -> {data_fingerprint})")
+    notes = []
+    if changes and not cfg.resume_changed:
+        raise CheckpointRefused(
+            f"--resume: '{path}' was trained with other settings: {', '.join(changes)}. "
+            "Start a new run with another --output_dir (or --resume none), or continue its "
+            "weights and optimizer state anyway with --resume_changed true (no longer exact)"
+        )
+    if changes:
+        notes.append(
+            f"resuming '{path}' with changed settings ({', '.join(changes)}): the weights and "
+            "optimizer state continue, the run is no longer exact"
+        )
+    if written_by != num_processes:
+        notes.append(
+            f"'{path}' was written at world size {written_by}, this run's is {num_processes}: "
+            "the weights and data order continue; not exact: each process's share of a "
+            "batch, the order gradients are summed in, and the random streams (dropout, "
+            "augmentation) of processes the checkpoint has none for"
+        )
+    return notes
+
+
+def resumed_progress(
+    state: dict[str, Any],
+    cfg: TrainConfig,
+    data_fingerprint: str,
+    num_processes: int,
+    batches_per_epoch: int,
+) -> Progress:
+    """Where the checkpoint stands, in this run's batches. Unchanged, exactly where it stopped;
+    where --resume_changed accepted another global batch, at the same number of samples into
+    the epoch; in other data, at the start of the epoch."""
+    progress = Progress(**state[PROGRESS])
+    saved_batch = state[CONFIG]["batch_size"] * len(state[RNG])
+    progress.batch = progress.batch * saved_batch // (cfg.batch_size * num_processes)
+    if state.get(DATA, data_fingerprint) != data_fingerprint or progress.batch >= batches_per_epoch:
+        progress.batch = 0
+    return progress
+
+
 def list_checkpoints(directory: Path) -> list[Path]:
-    """Complete checkpoint files, oldest first (temporary files never match)."""
+    """Complete checkpoint files, oldest first by step number (temporary files never match)."""
     if not directory.is_dir():
         return []
-    return sorted(p for p in directory.iterdir() if _NAME.match(p.name))
+    steps = {p: int(match[1]) for p in directory.iterdir() if (match := _NAME.match(p.name))}
+    return sorted(steps, key=steps.get)
 
 
 def load_model_state(model: nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:
@@ -140,14 +248,25 @@ def load_model_state(model: nn.Module, state: dict[str, torch.Tensor], source: P
     model.load_state_dict(state)
 
 
-def restore_rng_states(states: dict[str, Any]) -> None:
-    random.setstate(_to_tuple(states["python"]))
-    np.random.set_state(
-        ("MT19937", states["numpy"][0].numpy().astype(np.uint32), *states["numpy"][1:])
-    )
-    torch.set_rng_state(states["torch"])
-    if torch.cuda.is_available() and states["cuda"]:
-        torch.cuda.set_rng_state_all(states["cuda"])
+def gather_rng_states(accelerator: Accelerator, data_generator: torch.Generator) -> list[dict]:
+    """Every process's random states, in rank order (a collective where there are several):
+    each process draws its own dropout and loader worker seeds."""
+    return gather_object([_rng_states() | {DATA_GENERATOR: data_generator.get_state()}])
+
+
+def restore_rng_states(
+    states: list[dict], accelerator: Accelerator, data_generator: torch.Generator
+) -> None:
+    """Restore this process's entry; a process the checkpoint has none for keeps its seed."""
+    if accelerator.process_index >= len(states):
+        return
+    own = states[accelerator.process_index]
+    random.setstate(_to_tuple(own["python"]))
+    np.random.set_state(("MT19937", own["numpy"][0].numpy().astype(np.uint32), *own["numpy"][1:]))
+    torch.set_rng_state(own["torch"])
+    if torch.cuda.is_available() and own["cuda"]:
+        torch.cuda.set_rng_state_all(own["cuda"])
+    data_generator.set_state(own[DATA_GENERATOR])
 
 
 def save_weights(model: nn.Module, directory: Path) -> Path:
@@ -165,7 +284,7 @@ def load_weights(model: nn.Module, directory: Path) -> nn.Module:
     return model
 
 
-def rng_states() -> dict[str, Any]:
+def _rng_states() -> dict[str, Any]:
     """This process's random states: Python, NumPy, torch on the CPU and every CUDA device."""
     _, keys, position, has_gauss, gauss = np.random.get_state()
     return {

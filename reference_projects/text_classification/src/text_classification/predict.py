@@ -1,7 +1,7 @@
 """Classify texts with a trained model.
 
-    python -m text_classification.predict outputs/run/model "The plot was not bad at all." [...]
-    python -m text_classification.predict outputs/run/model --file texts.txt  # a text per line
+    python -m text_classification.predict outputs/run/model "Not bad." [...]
+    python -m text_classification.predict outputs/run/model --file texts.txt
 
 Loads model/ as training wrote it: the weights, the config that shaped the network, and the
 vocabulary built from the training texts, so inference tokenizes as training did. Prints

@@ -24,15 +24,18 @@ from tqdm import tqdm
 from . import task
 from .checkpoint import (
     CONFIG,
+    DATA,
     MODEL,
     OPTIMIZER,
-    PROGRESS,
     RNG,
     CheckpointError,
     Progress,
+    check_resume,
     checkpoint_to_resume,
+    gather_rng_states,
     load_model_state,
     restore_rng_states,
+    resumed_progress,
     save_checkpoint,
     save_weights,
 )
@@ -56,7 +59,6 @@ from .utils.records import (
 from .utils.seed import seed_everything
 
 log = logging.getLogger("text_classification")
-DATA_GENERATOR = "data_generator"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -80,9 +82,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         cfg = apply_fast_dev_run(cfg)
     output_dir = Path(cfg.output_dir)
     checkpoint_dir = output_dir / "checkpoints"
-    _prepare_output_dir(output_dir)
     _configure_logging()
-    save_config(cfg, output_dir / "config.yaml")
 
     # --- seed and device
     accelerator = Accelerator(cpu=cfg.cpu, mixed_precision="no")
@@ -105,6 +105,28 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.max_steps:
         total_steps = min(total_steps, cfg.max_steps)
     baseline_value = task.baseline(datasets.train_targets, datasets.val_targets)
+
+    # --- resume: a checkpoint of another run is refused here, before anything is written
+    progress, state = Progress(), None
+    resume_from = checkpoint_to_resume(cfg.resume, checkpoint_dir)
+    if resume_from:
+        path, state = resume_from
+        for note in check_resume(path, state, cfg, datasets.fingerprint, accelerator.num_processes):
+            log.warning("%s", note)
+        progress = resumed_progress(
+            state, cfg, datasets.fingerprint, accelerator.num_processes, batches_per_epoch
+        )
+        log.info("resuming from %s at step %d", path, progress.step)
+        if progress.total_steps not in (0, total_steps):
+            log.info(
+                "the run now ends at step %d instead of %d: the learning-rate decay is "
+                "stretched to the new end from here on",
+                total_steps,
+                progress.total_steps,
+            )
+    progress.total_steps = total_steps
+    _prepare_output_dir(output_dir)
+    save_config(cfg, output_dir / "config.yaml")
     write_json(
         output_dir / "run.json",
         run_info(cfg, datasets.fingerprint, accelerator.num_processes, device),
@@ -121,17 +143,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     # Only the model goes through prepare(): a plain optimizer step has no per-step overhead.
     model = accelerator.prepare(model)
 
-    # --- resume
-    progress = Progress()
-    resume_from = checkpoint_to_resume(cfg.resume, checkpoint_dir)
-    if resume_from:
-        path, state = resume_from
+    # --- the resumed state
+    if state:
         load_model_state(raw_model, state[MODEL], path)
         optimizer.load_state_dict(state[OPTIMIZER])
-        restore_rng_states(state[RNG])
-        data_generator.set_state(state[DATA_GENERATOR])
-        progress = Progress(**state[PROGRESS])
-        log.info("resumed from %s at step %d", path, progress.step)
+        restore_rng_states(state[RNG], accelerator, data_generator)
+        del state  # the checkpoint's copy of every tensor, no longer needed
     log.info(
         "%s on %s: %d train / %d val samples, %d steps of %d samples (%d x %d accumulated)",
         task.TASK,
@@ -146,13 +163,14 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     def save(is_best: bool) -> None:
         progress.window_losses = window.pending_losses()  # raises if the loss diverged
-        state = {
+        states = {
             MODEL: raw_model.state_dict(),
             OPTIMIZER: optimizer.state_dict(),
             CONFIG: asdict(cfg),
-            DATA_GENERATOR: data_generator.get_state(),
+            DATA: datasets.fingerprint,
+            RNG: gather_rng_states(accelerator, data_generator),  # one entry per process
         }
-        save_checkpoint(checkpoint_dir, progress, state, cfg.keep_checkpoints, is_best)
+        save_checkpoint(checkpoint_dir, progress, states, cfg.keep_checkpoints, is_best)
 
     # --- the loop
     model.train()

@@ -1,5 +1,5 @@
 """What several processes share: the launch check, SyncBatchNorm, global losses and metrics,
-every process's random states, and agreeing to stop.
+and agreeing to stop (checkpoint.py gathers every process's random states).
 
 Accelerate initialises the process group from the launcher's environment (torchrun,
 `accelerate launch` or srun) when train.py creates the Accelerator. Every function here that
@@ -13,15 +13,12 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import gather_object
 from torch import nn
 
-from ..checkpoint import restore_rng_states, rng_states
 from ..config import ConfigError
 from .monitor import LogWindow, Preemption
 
 log = logging.getLogger(__name__)
-DATA_GENERATOR = "data_generator"  # key of the loader generator's state in a process's RNG entry
 
 
 def check_launch(accelerator: Accelerator) -> None:
@@ -73,34 +70,6 @@ def sum_over_processes(metrics: Any, accelerator: Accelerator) -> Any:
         if isinstance(value, torch.Tensor):
             setattr(metrics, name, accelerator.reduce(value, "sum"))
     return metrics
-
-
-def gather_rng_states(accelerator: Accelerator, data_generator: torch.Generator) -> list[dict]:
-    """Every process's random states, in rank order: each draws its own dropout and loader
-    worker seeds, and a resume on as many processes restores each its own."""
-    own = rng_states() | {DATA_GENERATOR: data_generator.get_state()}
-    return gather_object([own])
-
-
-def restore_own_rng_states(
-    states: list[dict], accelerator: Accelerator, data_generator: torch.Generator
-) -> None:
-    """Restore this process's entry; a process the checkpoint has none for keeps its seed.
-
-    On as many processes as wrote the checkpoint the run continues exactly; on another number
-    it continues with the same weights and data order, and fresh dropout streams.
-    """
-    rank = accelerator.process_index
-    if rank < len(states):
-        restore_rng_states(states[rank])
-        data_generator.set_state(states[rank][DATA_GENERATOR])
-    if len(states) != accelerator.num_processes and accelerator.is_main_process:
-        log.warning(
-            "the checkpoint was written by %d processes, this run has %d: the data order and "
-            "weights continue, random streams of the processes without an entry start afresh",
-            len(states),
-            accelerator.num_processes,
-        )
 
 
 class GlobalLogWindow(LogWindow):
