@@ -163,7 +163,12 @@ def test_any_accepted_answer_renders_clean(
 def test_a_refused_answer_names_the_rule(template, tmp_path, answer, value, rule):
     with pytest.raises(ValueError) as refused:
         copier.run_copy(
-            str(template), str(tmp_path / "p"), data={answer: value}, defaults=True, quiet=True
+            str(template),
+            str(tmp_path / "p"),
+            data={answer: value},
+            vcs_ref="HEAD",
+            defaults=True,
+            quiet=True,
         )
     message = str(refused.value)
     assert rule in message and f"question '{answer}'" in message

@@ -1,6 +1,7 @@
 """Resuming with changed settings: refused in one line before anything is written, unless
 accepted with --resume_changed; free fields change silently; an extended run's schedule."""
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -12,7 +13,11 @@ from language_modeling.checkpoint import (
     list_checkpoints,
     load_checkpoint,
 )
-from language_modeling.config import RESUME_FREE_FIELDS, load_config
+from language_modeling.config import (
+    RESUME_FREE_FIELDS,
+    apply_fast_dev_run,
+    load_config,
+)
 from language_modeling.optim import learning_rate
 from language_modeling.train import main
 
@@ -76,6 +81,16 @@ def test_other_data_is_refused(trained, short_run, user_data, tmp_path):
     assert snapshot(trained) == before
 
 
+def test_the_data_folder_may_move(short_run, user_data, tmp_path):
+    """The fingerprint of the data is compared, not the folder's name."""
+    data_args = user_data(tmp_path / "data")
+    main(short_run(*data_args))
+    shutil.move(tmp_path / "data", tmp_path / "moved")
+    moved = [arg.replace(str(tmp_path / "data"), str(tmp_path / "moved")) for arg in data_args]
+    assert moved != data_args
+    assert main(short_run("--max_steps", "8", *moved))["steps"] == 8
+
+
 def test_an_accepted_change_resumes_the_weights_and_says_it_is_not_exact(
     trained, short_run, capsys
 ):
@@ -115,8 +130,8 @@ def test_an_extended_run_follows_the_schedule_of_its_new_total(trained, short_ru
 def test_a_checkpoint_of_two_processes_resumes_on_one_with_the_same_global_batch(
     trained, short_run, capsys
 ):
-    """As one written by 2 processes with half the batch each (a distributed=multi render's,
-    or this one's under torchrun) looks: an RNG entry per process."""
+    """As one written by 2 processes with half the batch each looks (a distributed=multi
+    render's): an RNG entry per process."""
     newest = trained / "checkpoints" / "step-000006.pt"
     payload = load_checkpoint(newest)
     half = payload["config"]["batch_size"] // 2
@@ -128,3 +143,12 @@ def test_a_checkpoint_of_two_processes_resumes_on_one_with_the_same_global_batch
         main(short_run("--max_steps", "9", "--warmup_steps", "2", "--batch_size", str(half)))
     assert main(short_run("--max_steps", "8", "--warmup_steps", "2"))["steps"] == 8
     assert "written at world size 2, this run's is 1" in capsys.readouterr().err
+
+
+def test_a_fast_dev_run_sets_only_fields_a_resume_may_change(cfg):
+    """So a run may continue a fast dev run's checkpoint, as the generator's check does."""
+    fast = apply_fast_dev_run(dataclasses.replace(cfg, fast_dev_run=True))
+    changed = {
+        name for name, value in dataclasses.asdict(fast).items() if getattr(cfg, name) != value
+    }
+    assert "max_steps" in changed and changed <= RESUME_FREE_FIELDS

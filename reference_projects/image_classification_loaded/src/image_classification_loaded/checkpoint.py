@@ -27,8 +27,6 @@ from accelerate.utils import gather_object
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from .config import RESUME_FREE_FIELDS, TrainConfig
-
 log = logging.getLogger(__name__)
 
 # Keys of a checkpoint file.
@@ -145,75 +143,6 @@ def find_resume_checkpoint(directory: Path) -> tuple[Path, dict[str, Any]] | Non
         except CheckpointError as error:
             log.warning("%s; trying the previous one", error)
     return None
-
-
-def check_resume(
-    path: Path,
-    state: dict[str, Any],
-    cfg: TrainConfig,
-    data_fingerprint: str,
-    num_processes: int,
-) -> list[str]:
-    """Refuse to continue a checkpoint whose run computed something else; say what is not exact.
-
-    A changed field outside config.RESUME_FREE_FIELDS, other data, or another global batch
-    (batch_size x processes) raises CheckpointRefused naming each change, before the run
-    writes anything, unless `cfg.resume_changed` accepts them. Returns the lines to log:
-    the changes accepted, and what another number of processes makes inexact.
-    """
-    saved = state[CONFIG]
-    written_by = len(state[RNG])
-    changes = [
-        f"{name} {saved[name]!r} -> {value!r}"
-        for name, value in asdict(cfg).items()
-        if name in saved and name not in RESUME_FREE_FIELDS | {"batch_size"}
-        if saved[name] != value
-    ]
-    if saved["batch_size"] * written_by != cfg.batch_size * num_processes:
-        changes.append(
-            f"batch_size x processes {saved['batch_size']} x {written_by} -> "
-            f"{cfg.batch_size} x {num_processes}"
-        )
-    if state.get(DATA, data_fingerprint) != data_fingerprint:  # version 1 did not record it
-        changes.append(f"data (fingerprint {state[DATA]} -> {data_fingerprint})")
-    notes = []
-    if changes and not cfg.resume_changed:
-        raise CheckpointRefused(
-            f"--resume: '{path}' was trained with other settings: {', '.join(changes)}. "
-            "Start a new run with another --output_dir (or --resume none), or continue its "
-            "weights and optimizer state anyway with --resume_changed true (no longer exact)"
-        )
-    if changes:
-        notes.append(
-            f"resuming '{path}' with changed settings ({', '.join(changes)}): the weights and "
-            "optimizer state continue, the run is no longer exact"
-        )
-    if written_by != num_processes:
-        notes.append(
-            f"'{path}' was written at world size {written_by}, this run's is {num_processes}: "
-            "the weights and data order continue; not exact: each process's share of a "
-            "batch, the order gradients are summed in, and the random streams (dropout, "
-            "augmentation) of processes the checkpoint has none for"
-        )
-    return notes
-
-
-def resumed_progress(
-    state: dict[str, Any],
-    cfg: TrainConfig,
-    data_fingerprint: str,
-    num_processes: int,
-    batches_per_epoch: int,
-) -> Progress:
-    """Where the checkpoint stands, in this run's batches. Unchanged, exactly where it stopped;
-    where --resume_changed accepted another global batch, at the same number of samples into
-    the epoch; in other data, at the start of the epoch."""
-    progress = Progress(**state[PROGRESS])
-    saved_batch = state[CONFIG]["batch_size"] * len(state[RNG])
-    progress.batch = progress.batch * saved_batch // (cfg.batch_size * num_processes)
-    if state.get(DATA, data_fingerprint) != data_fingerprint or progress.batch >= batches_per_epoch:
-        progress.batch = 0
-    return progress
 
 
 def list_checkpoints(directory: Path) -> list[Path]:

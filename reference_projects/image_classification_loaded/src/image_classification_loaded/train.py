@@ -32,12 +32,10 @@ from .checkpoint import (
     RNG,
     CheckpointError,
     Progress,
-    check_resume,
     checkpoint_to_resume,
     gather_rng_states,
     load_model_state,
     restore_rng_states,
-    resumed_progress,
     save_checkpoint,
     save_weights,
 )
@@ -47,6 +45,7 @@ from .export import ExportError, describe, export_run
 from .loaders import build_loaders
 from .model import build_model
 from .optim import build_optimizer, learning_rate
+from .resume import check_resume, resumed_progress
 from .utils.curves import plot_curves
 from .utils.distributed import (
     DiscardedLog,

@@ -73,10 +73,11 @@ class TrainConfig:
 # Fields a resumed run may change: they decide when things happen, where they go and how far
 # the run goes (max_steps or epochs extend it), never what a step computes. A change to any
 # other field, to the data, or to the global batch (batch_size x processes) is refused on
-# resume unless --resume_changed true accepts it (checkpoint.check_resume).
+# resume unless --resume_changed true accepts it (resume.py).
 RESUME_FREE_FIELDS = frozenset(
     {
         "output_dir",
+        "data_dir",  # the data's fingerprint is compared instead: the folder may move
         "resume",
         "resume_changed",
         "epochs",
@@ -86,6 +87,7 @@ RESUME_FREE_FIELDS = frozenset(
         "log_every",
         "checkpoint_every",
         "keep_checkpoints",
+        "fast_dev_run",  # it sets only fields of this list
         "detect_anomaly",
         "profile",
     }

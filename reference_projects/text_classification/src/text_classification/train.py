@@ -30,12 +30,10 @@ from .checkpoint import (
     RNG,
     CheckpointError,
     Progress,
-    check_resume,
     checkpoint_to_resume,
     gather_rng_states,
     load_model_state,
     restore_rng_states,
-    resumed_progress,
     save_checkpoint,
     save_weights,
 )
@@ -44,6 +42,7 @@ from .data import build_datasets
 from .loaders import build_loaders
 from .model import build_model
 from .optim import build_optimizer, learning_rate
+from .resume import check_resume, resumed_progress
 from .utils.curves import plot_curves
 from .utils.modules import UnregisteredModuleError, assert_modules_registered
 from .utils.monitor import LogWindow, Preempted, Preemption, TrainingDiverged
