@@ -224,7 +224,7 @@ def _check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     shard = Shard.parse(args.shard)
     fixed, selection = select(space, args.sets, pairwise_only=args.pairwise)
     if args.project_tests in ("sample", "rest"):
-        covered = references.tested_combinations(space) if args.project_tests == "rest" else ()
+        covered = references.reference_combinations(space) if args.project_tests == "rest" else ()
         sample = covering(space, selection, covered, TESTED_PAIRS)
     else:
         sample = selection if args.project_tests == "all" else []

@@ -93,7 +93,7 @@ def references(space: AnswerSpace | None = None) -> list[Reference]:
     ]
 
 
-def tested_combinations(space: AnswerSpace | None = None) -> list[Answers]:
+def reference_combinations(space: AnswerSpace | None = None) -> list[Answers]:
     """The combination of choices each reference project renders, defaults included: what
     the reference projects' own tests exercise."""
     space = space or load_space()

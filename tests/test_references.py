@@ -27,8 +27,8 @@ from generator.references import (
     RESULTS_JSON,
     RESULTS_MD,
     SRC_PATH,
+    reference_combinations,
     references,
-    tested_combinations,
 )
 from generator.render import ANSWERS_FILE
 from generator.selection import select
@@ -179,7 +179,7 @@ def test_a_failing_project_test_fails_the_command_and_shows_it(
 def test_rest_of_the_sample_covers_what_the_references_leave() -> None:
     """`check --project-tests rest` (make test) tests only what no reference project tests:
     the choices, and each task's pairings with mixed precision and with distributed."""
-    tested = tested_combinations(SPACE)
+    tested = reference_combinations(SPACE)
     assert tested == [
         {a.name: (SPACE.defaults() | r.answers)[a.name] for a in SPACE.axes} for r in REFS
     ]
