@@ -24,7 +24,7 @@ from generator.check import Options, Result, check_all, processes, visible_gpus
 from generator.cover import TESTED_PAIRS, covering
 from generator.render import render
 from generator.report import write_report
-from generator.selection import Shard, select, with_user_names
+from generator.selection import Shard, matching, rest_sample, select, with_user_names
 
 SAMPLES = ("sample", "rest", "all", "none")
 
@@ -223,9 +223,11 @@ def _check(args: argparse.Namespace, argv: Sequence[str]) -> int:
     space = load_space()
     shard = Shard.parse(args.shard)
     fixed, selection = select(space, args.sets, pairwise_only=args.pairwise)
-    if args.project_tests in ("sample", "rest"):
-        covered = references.reference_combinations(space) if args.project_tests == "rest" else ()
-        sample = covering(space, selection, covered, TESTED_PAIRS)
+    if args.project_tests == "rest":
+        # From every combination the --set answers leave: --pairwise and --all hold them.
+        sample = rest_sample(space, matching(space.combinations(), fixed))
+    elif args.project_tests == "sample":
+        sample = covering(space, selection, (), TESTED_PAIRS)
     else:
         sample = selection if args.project_tests == "all" else []
     combinations = shard.take(selection, space.slug)

@@ -41,6 +41,9 @@ def covering(
     projects): the cover then uses only the features they leave, without forcing in the
     defaults, and is empty when nothing is left. Ties go to the earlier candidate, so the
     result is deterministic.
+
+    Of the combinations that use the most unused features, the one with the cheapest own
+    suite (suite_cost) is taken: the cover is what `make test` runs the suites of.
     """
     candidates = space.combinations() if candidates is None else list(candidates)
     done = {feature for combo in covered for feature in features(combo, pairs)}
@@ -50,7 +53,21 @@ def covering(
         chosen.append(space.defaults() if space.defaults() in candidates else candidates[0])
         uncovered -= features(chosen[0], pairs)
     while uncovered:
-        best = max(candidates, key=lambda combo: len(uncovered & features(combo, pairs)))
+        best = max(
+            candidates,
+            key=lambda combo: (len(uncovered & features(combo, pairs)), -suite_cost(combo)),
+        )
         chosen.append(best)
         uncovered -= features(best, pairs)
     return chosen
+
+
+def suite_cost(combo: Answers) -> int:
+    """A rough price of a combination's own test suite: the tests and work each option adds
+    to it (compiling counts twice: the compiled fast dev run spends most of its time there)."""
+    return (
+        2 * bool(combo.get("compile"))
+        + (combo.get("distributed") == "multi")
+        + (combo.get("tracker", "none") != "none")
+        + (combo.get("export_target", "none") != "none")
+    )

@@ -25,13 +25,19 @@ def pairs_of(answers: Mapping[str, Answer], names: Sequence[str]) -> frozenset[t
     return frozenset([(choice,) for choice in choices] + list(itertools.combinations(choices, 2)))
 
 
-def pairwise(space: AnswerSpace, candidates: Sequence[Answers] | None = None) -> list[Answers]:
+def pairwise(
+    space: AnswerSpace,
+    candidates: Sequence[Answers] | None = None,
+    first: Sequence[Answers] = (),
+) -> list[Answers]:
     """Greedy all-pairs cover of `candidates` (default: every combination of `space`).
 
-    Starts with the defaults (the combination most users get) when they are a candidate, then
-    repeatedly takes the candidate that covers the most pairs not yet covered, ties going to
-    the earliest in matrix order, so the result depends only on copier.yml. Only pairs that
-    some candidate contains need covering, so candidates restricted with `--set` work as is.
+    Starts with the defaults (the combination most users get) when they are a candidate and
+    the candidates in `first` (combinations the set must hold, such as those whose own tests
+    run), then repeatedly takes the candidate that covers the most pairs not yet covered,
+    ties going to the earliest in matrix order, so the result depends only on copier.yml.
+    Only pairs that some candidate contains need covering, so candidates restricted with
+    `--set` work as is.
     Scanning every candidate per row is cheap for a matrix of thousands of combinations.
     """
     candidates = space.combinations() if candidates is None else list(candidates)
@@ -43,9 +49,12 @@ def pairwise(space: AnswerSpace, candidates: Sequence[Answers] | None = None) ->
     defaults = space.defaults()
     best = next((i for i, combo in enumerate(candidates) if combo == defaults), 0)
     chosen: list[Answers] = []
-    while True:
+    for combo in [candidates[best], *first]:
+        if combo in candidates and combo not in chosen:
+            chosen.append(combo)
+            uncovered -= pair_sets[candidates.index(combo)]
+    while uncovered:
+        best = max(range(len(candidates)), key=lambda i: len(uncovered & pair_sets[i]))
         chosen.append(candidates[best])
         uncovered -= pair_sets[best]
-        if not uncovered:
-            return chosen
-        best = max(range(len(candidates)), key=lambda i: len(uncovered & pair_sets[i]))
+    return chosen

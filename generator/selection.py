@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from generator.answers import Answer, AnswerError, Answers, AnswerSpace
+from generator.cover import TESTED_PAIRS, covering
 from generator.pairwise import pairwise
+from generator.references import reference_combinations
 
 T = TypeVar("T")
 
@@ -79,8 +81,15 @@ def select(
     fixed = space.parse_sets(sets)
     chosen = matching(space.combinations(), fixed)
     if pairwise_only:
-        chosen = pairwise(space, chosen)
+        chosen = pairwise(space, chosen, first=rest_sample(space, chosen))
     return fixed, shard.take(chosen, space.slug)
+
+
+def rest_sample(space: AnswerSpace, candidates: Sequence[Answers]) -> list[Answers]:
+    """The combinations of `candidates` whose own tests `check --project-tests rest` runs:
+    the cheapest cover of what the reference projects' suites leave untested. The pairwise
+    set starts with them, so that it holds them whatever the pairs would pick."""
+    return covering(space, candidates, reference_combinations(), TESTED_PAIRS)
 
 
 def matching(combinations: Sequence[Answers], fixed: Mapping[str, Answer]) -> list[Answers]:

@@ -13,7 +13,7 @@ import yaml
 from generator import REPO_ROOT, cli
 from generator.answers import load_space
 from generator.cli import main
-from generator.pairwise import pairwise
+from generator.selection import select
 
 SPACE = load_space()
 
@@ -90,7 +90,9 @@ def test_render_refuses_a_non_empty_destination(
 
 def test_matrix_pairwise_lists_the_covering_set(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["matrix", "--pairwise"]) == 0
-    assert capsys.readouterr().out.splitlines() == [SPACE.slug(c) for c in pairwise(SPACE)]
+    assert capsys.readouterr().out.splitlines() == [
+        SPACE.slug(c) for c in select(SPACE, pairwise_only=True)[1]
+    ]
 
 
 def test_matrix_set_and_shard_narrow_the_listing(capsys: pytest.CaptureFixture[str]) -> None:
