@@ -11,7 +11,8 @@ that fails:
     resume   a second process on the same output_dir trains `steps` more: it must pick up the
              newest checkpoint from disk and keep the first run's metrics as they were
     export   (export_target != none) the resumed run's export names its final checkpoint and
-             was verified against PyTorch
+             was verified against PyTorch; `python -m <package>.export --checkpoint best`
+             exports and verifies the best one
     tests    (a sample of the combinations) the project's own test suite
 
 Every combination shares one Python environment (this interpreter) and one compile cache;
@@ -42,6 +43,7 @@ from generator.render import package_of, render
 # Generous, so a hang fails its stage instead of stalling the matrix; never a speed check.
 TIMEOUT_S = 1800
 TAIL_LINES = 60
+BEST = ("--checkpoint", "best")  # the export command's, as the rendered README shows it
 RUN_FOLDER = ("config.yaml", "run.json", "metrics.jsonl", "summary.json", "curves.png")
 SUMMARY_FIELDS = (
     "task",
@@ -277,6 +279,13 @@ class _Run:
             problems.append(f"it exported {meta.get('checkpoint')}, not the final {latest}")
         if problems:
             raise StageFailure(f"{meta_path}: " + "; ".join(problems))
+        # The command a user runs later, from another checkpoint than the run's last.
+        module = f"{package_of(self.project)}.export"
+        output = self._run([sys.executable, "-m", module, f"--output_dir={self.out}", *BEST])
+        best = (self.out / "checkpoints" / "best").read_text(encoding="utf-8").strip()
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if "agrees with PyTorch" not in output or Path(str(meta.get("checkpoint"))).name != best:
+            raise StageFailure(f"{output}\n{meta_path}: not the verified export of {best}")
 
     def project_tests(self) -> None:
         # Only the failure and the summary: captured logs and the warnings summary would push

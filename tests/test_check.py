@@ -197,3 +197,30 @@ def test_a_run_that_starts_over_fails_the_resume_stage(
     )
     assert result.failed_stage == "resume", result.log_tail
     assert "did not resume" in result.log_tail
+
+
+EXPORTING = DEFAULTS | {"task_type": "tabular_regression", "export_target": "torchscript"}
+
+
+@pytest.mark.slow
+def test_an_export_is_checked_after_the_run_and_from_the_best_checkpoint(tmp_path: Path) -> None:
+    result = check_combination(
+        SPACE, EXPORTING, tmp_path / "c", options(tmp_path), project_tests=False
+    )
+    assert result.ok, result.log_tail
+    assert [s.name for s in result.stages] == [*FAST_STAGES, "export"]
+    meta = json.loads((tmp_path / "c" / "out" / "export" / "model.json").read_text("utf-8"))
+    best = (tmp_path / "c" / "out" / "checkpoints" / "best").read_text("utf-8").strip()
+    assert Path(meta["checkpoint"]).name == best and meta["verified"]
+
+
+@pytest.mark.slow
+def test_an_export_command_that_fails_fails_the_export_stage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(check, "BEST", ("--checkpoint", str(tmp_path / "missing.pt")))
+    result = check_combination(
+        SPACE, EXPORTING, tmp_path / "c", options(tmp_path), project_tests=False
+    )
+    assert result.failed_stage == "export", result.log_tail
+    assert "missing.pt" in result.log_tail

@@ -10,6 +10,7 @@ random, across every task and a covering set of the other answers.
 from __future__ import annotations
 
 import keyword
+from collections.abc import Iterator
 from pathlib import Path
 
 import copier
@@ -23,7 +24,7 @@ from markdown_it import MarkdownIt
 from generator.answers import COPIER_YML, Answers, load_space
 from generator.checks import static_problems
 from generator.cover import covering
-from generator.render import ANSWERS_FILE, render, template_copy
+from generator.render import ANSWERS_FILE, compiled_once, render, template_copy
 from generator.selection import USER_NAMES, select, with_user_names
 
 SPACE = load_space()
@@ -34,8 +35,9 @@ RESERVED = set(yaml.safe_load(COPIER_YML.read_text())["reserved_package_names"][
 
 
 @pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return template_copy(tmp_path_factory.mktemp("template") / "copy")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    with compiled_once():  # see tests/test_matrix.py
+        yield template_copy(tmp_path_factory.mktemp("template") / "copy")
 
 
 def text_problems(project: Path, given_answers: dict[str, str]) -> list[str]:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from generator import REPO_ROOT
 from generator.answers import AnswerError, Answers, AnswerSpace, Axis, load_space
 from generator.checks import CHOICE_MARKERS, static_problems
 from generator.pairwise import pairwise
-from generator.render import render, template_copy
+from generator.render import compiled_once, render, template_copy
 from generator.selection import Shard, select
 
 SPACE = load_space()
@@ -25,11 +26,13 @@ COMBINATIONS = SPACE.combinations()
 
 
 @pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The working tree's template, copied once outside git: copier reads it in place instead
     of cloning a repository for each of the renders (a third of a render's time). The answers
-    file's `_commit` is then missing; tests/test_check.py and test_references.py check it."""
-    return template_copy(tmp_path_factory.mktemp("template") / "copy")
+    file's `_commit` is then missing; tests/test_check.py and test_references.py check it.
+    Each text of the template is compiled once for all the renders (most of the rest)."""
+    with compiled_once():
+        yield template_copy(tmp_path_factory.mktemp("template") / "copy")
 
 
 @pytest.mark.parametrize("answers", COMBINATIONS, ids=[SPACE.slug(c) for c in COMBINATIONS])

@@ -10,18 +10,25 @@ from image_classification_loaded.config import load_config
 from image_classification_loaded.train import main as train
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    """Each training run in a test starts from a clean Accelerate state, as a new process would."""
-    yield
+def reset_accelerate_state() -> None:
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
     PartialState._reset_state()
 
 
 @pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    """Each training run in a test starts from a clean Accelerate state, as a new process would,
+    whatever a wider fixture's run left."""
+    reset_accelerate_state()
+    yield
+    reset_accelerate_state()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def one_thread():
-    """Tiny models run fastest on one thread, and tests may run in parallel."""
+    """Tiny models run fastest on one thread, and tests may run in parallel. For the whole
+    session, so that runs in fixtures wider than a test compute as the tests' runs do."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -75,8 +82,8 @@ def cfg():
 
 @pytest.fixture(scope="session")
 def embedded_args():
-    """Arguments for the embedded data where a test needs epochs of at most 28 steps."""
-    return []  # the digits make 22 steps an epoch at the default batch size
+    """Arguments for the embedded data where a test needs epochs of at most 13 steps."""
+    return ["--batch_size", "128"]  # the digits' 1,437 training images make 12 steps
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from accelerate.state import AcceleratorState, GradientState, PartialState
 from multiprocess_runs import without_batchnorm
 from safetensors.torch import load_file
 
@@ -126,9 +125,6 @@ def launched(tmp_path_factory, embedded_args):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(train_module, "build_model", without_batchnorm(train_module.build_model))
         main(run_args(root / "one", *embedded_args, "--batch_size", str(2 * HALF_BATCH)))
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
-    PartialState._reset_state()
 
     def run(name: str, *extra: str) -> dict:
         args = run_args(root / name, *embedded_args, "--batch_size", str(HALF_BATCH), *extra)

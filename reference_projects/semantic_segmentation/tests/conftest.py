@@ -9,18 +9,25 @@ from semantic_segmentation.config import load_config
 from semantic_segmentation.data import synthetic_shapes
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    """Each training run in a test starts from a clean Accelerate state, as a new process would."""
-    yield
+def reset_accelerate_state() -> None:
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
     PartialState._reset_state()
 
 
 @pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    """Each training run in a test starts from a clean Accelerate state, as a new process would,
+    whatever a wider fixture's run left."""
+    reset_accelerate_state()
+    yield
+    reset_accelerate_state()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def one_thread():
-    """Tiny models run fastest on one thread, and tests may run in parallel."""
+    """Tiny models run fastest on one thread, and tests may run in parallel. For the whole
+    session, so that runs in fixtures wider than a test compute as the tests' runs do."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -48,6 +55,10 @@ def short_run_in():
             "log_every": 1,
             "eval_every": 3,
             "checkpoint_every": 3,
+            # Small data and a small model: most tests run a few steps many times, and what
+            # they check does not depend on either's size (test_fast_dev_run runs the defaults).
+            "num_images": 400,
+            "image_size": 16,
         }
         return [f"--{name}={value}" for name, value in fields.items()] + list(extra)
 
@@ -61,9 +72,9 @@ def cfg():
 
 @pytest.fixture(scope="session")
 def embedded_args():
-    """Arguments for the embedded data where a test needs epochs of at most 28 steps."""
-    # 400 shapes at 16x16 pixels: 320 training images make 20 steps of 16.
-    return ["--num_images", "400", "--image_size", "16", "--batch_size", "16"]
+    """Arguments for the embedded data where a test needs epochs of at most 13 steps."""
+    # 200 shapes at 16x16 pixels: 160 training images make 10 steps of 16.
+    return ["--num_images", "200", "--image_size", "16", "--batch_size", "16"]
 
 
 @pytest.fixture(scope="session")

@@ -8,18 +8,25 @@ from accelerate.state import AcceleratorState, GradientState, PartialState
 from tabular_regression.config import load_config
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state():
-    """Each training run in a test starts from a clean Accelerate state, as a new process would."""
-    yield
+def reset_accelerate_state() -> None:
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
     PartialState._reset_state()
 
 
 @pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    """Each training run in a test starts from a clean Accelerate state, as a new process would,
+    whatever a wider fixture's run left."""
+    reset_accelerate_state()
+    yield
+    reset_accelerate_state()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def one_thread():
-    """Tiny models run fastest on one thread, and tests may run in parallel."""
+    """Tiny models run fastest on one thread, and tests may run in parallel. For the whole
+    session, so that runs in fixtures wider than a test compute as the tests' runs do."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -60,19 +67,19 @@ def cfg():
 
 @pytest.fixture(scope="session")
 def embedded_args():
-    """Arguments for the embedded data where a test needs epochs of at most 28 steps."""
+    """Arguments for the embedded data where a test needs epochs of at most 13 steps."""
     return []  # 353 training rows make 11 steps an epoch at the default batch size
 
 
 @pytest.fixture(scope="session")
 def user_data():
     """Arguments that train on a small dataset in the user's format, written under `root`:
-    a folder with train.csv, 200 rows whose target column is `y`. 20 steps of 8 rows make an
+    a folder with train.csv, 200 rows whose target column is `y`. 10 steps of 16 rows make an
     epoch."""
 
     def args(root: Path) -> list[str]:
         data_dir = _table(root / "table" / "train.csv", rows=200).parent
-        fields = {"data_dir": data_dir, "target_column": "y", "batch_size": 8}
+        fields = {"data_dir": data_dir, "target_column": "y", "batch_size": 16}
         return [f"--{name}={value}" for name, value in fields.items()]
 
     return args

@@ -19,7 +19,7 @@ from tabular_regression.checkpoint import load_checkpoint
 from tabular_regression.train import main
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-STEPS = 60
+STEPS = 30  # two epochs of the tests' data (conftest.py's embedded_args, user_data) and more
 # Timings differ between runs; everything else a run logs must be identical.
 TIMINGS = {"samples_per_s", "data_wait"}
 
@@ -86,10 +86,7 @@ def reference(request, tmp_path_factory, embedded_args, user_data):
     """The uninterrupted run: the embedded dataset, or a small one in the user's format."""
     root = tmp_path_factory.mktemp("reference")
     extra = user_data(root) if request.param == "user-data" else list(embedded_args)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as in the tests and their child processes
     main(run_args(root / "whole", *extra))
-    torch.set_num_threads(threads)
     return root, extra
 
 
@@ -123,7 +120,9 @@ def test_sigterm_checkpoints_the_current_step_and_exits_75(reference, tmp_path):
     assert_same_run(root / "whole", tmp_path, stopped_at)
 
 
-def test_nan_loss_stops_naming_the_step_and_keeps_good_checkpoints(tmp_path, monkeypatch):
+def test_nan_loss_stops_naming_the_step_and_keeps_good_checkpoints(
+    tmp_path, monkeypatch, embedded_args
+):
     calls = []
 
     compute_loss = task.compute_loss
@@ -135,7 +134,7 @@ def test_nan_loss_stops_naming_the_step_and_keeps_good_checkpoints(tmp_path, mon
 
     monkeypatch.setattr(task, "compute_loss", loss_that_breaks_at_step_8)
     with pytest.raises(SystemExit, match="nan at step 8"):
-        main(run_args(tmp_path, "--log_every", "4"))
+        main(run_args(tmp_path, *embedded_args, "--log_every", "4"))
     assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step-000005.pt"
     assert load_checkpoint(tmp_path / "checkpoints" / "step-000005.pt")["progress"]["step"] == 5
 
