@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shlex
 import shutil
 import subprocess
@@ -39,6 +40,7 @@ from typing import Any
 from generator.answers import Answer, Answers, AnswerSpace
 from generator.checks import static_problems
 from generator.render import package_of, render
+from generator.server import Client, ServerDied, describe
 
 # Generous, so a hang fails its stage instead of stalling the matrix; never a speed check.
 TIMEOUT_S = 1800
@@ -72,6 +74,7 @@ class Options:
     device: str = "cpu"  # cpu | cuda
     steps: int = 2  # optimizer steps the resume stage adds to the fast dev run's
     jobs: int = 1  # combinations checked at once
+    server: bool = True  # fork the stages' processes from a process server (generator.server)
 
 
 @dataclass
@@ -141,9 +144,14 @@ def check_combination(
     options: Options,
     *,
     project_tests: bool,
+    client: Client | None = None,
 ) -> Result:
-    """Run every stage that applies to `answers` inside `folder`; never raises for a failure."""
-    run = _Run(answers, folder, options)
+    """Run every stage that applies to `answers` inside `folder`; never raises for a failure.
+
+    With a `client`, the stages that run project code fork their processes from its server;
+    without one they start as plain subprocesses.
+    """
+    run = _Run(answers, folder, options, client)
     stages: list[tuple[str, Callable[[], None]]] = [
         ("render", run.render),
         ("lint", run.lint),
@@ -162,6 +170,8 @@ def check_combination(
             stage()
         except StageFailure as error:
             failure = str(error)
+        except ServerDied:
+            raise  # twice: the check stops (cli says so in one line)
         except Exception:  # a bug or an unexpected error fails this combination, not the check
             failure = traceback.format_exc()
         status = "pass" if failure is None else "fail"
@@ -187,12 +197,23 @@ def check_all(
     and kept for inspection when it fails; the compile cache in `workdir` stays.
     """
     results: dict[int, Result] = {}
+    clients: queue.SimpleQueue[Client | None] = queue.SimpleQueue()
+    servers = [Client() for _ in range(options.jobs)] if options.server else []
+    for client in servers or [None] * options.jobs:
+        clients.put(client)
 
     def check(index: int) -> tuple[int, Result]:
         answers = combinations[index]
         folder = workdir / f"{index + 1:04d}-{space.slug(answers)}"
         shutil.rmtree(folder, ignore_errors=True)  # a failure kept from an earlier check
-        result = check_combination(space, answers, folder, options, project_tests=answers in sample)
+        client = clients.get()  # a server of its own while it runs
+        try:
+            tested = answers in sample
+            result = check_combination(
+                space, answers, folder, options, project_tests=tested, client=client
+            )
+        finally:
+            clients.put(client)
         if result.ok:
             shutil.rmtree(folder, ignore_errors=True)
         return index, result
@@ -208,6 +229,8 @@ def check_all(
     finally:
         # On Ctrl-C, start nothing more; the running processes got the signal too.
         pool.shutdown(cancel_futures=True)
+        for client in servers:
+            client.close()
     return [results[index] for index in range(len(combinations))]
 
 
@@ -225,8 +248,9 @@ def visible_gpus() -> int:
 class _Run:
     """One combination's folder: `project/` (the render) and `out/` (the run directory)."""
 
-    def __init__(self, answers: Answers, folder: Path, options: Options):
-        self.answers, self.options = answers, options
+    def __init__(self, answers: Answers, folder: Path, options: Options, client: Client | None):
+        self.answers, self.options, self.client = answers, options, client
+        self.logs = 0  # the stages' logs so far, under folder/
         self.project, self.out = folder / "project", folder / "out"
         self.first_steps = 0  # steps the fast dev run trained
         self.first_metrics = ""  # its metrics.jsonl, which the resume must keep
@@ -280,8 +304,7 @@ class _Run:
         if problems:
             raise StageFailure(f"{meta_path}: " + "; ".join(problems))
         # The command a user runs later, from another checkpoint than the run's last.
-        module = f"{package_of(self.project)}.export"
-        output = self._run([sys.executable, "-m", module, f"--output_dir={self.out}", *BEST])
+        output = self._run_module("export", *BEST, count=1)
         best = (self.out / "checkpoints" / "best").read_text(encoding="utf-8").strip()
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if "agrees with PyTorch" not in output or Path(str(meta.get("checkpoint"))).name != best:
@@ -294,12 +317,46 @@ class _Run:
         pytest = ["pytest", "-q", "-x", "-p", "no:cacheprovider", *quiet]
         self._run([sys.executable, "-m", *pytest])
 
-    def _run_module(self, module: str, *args: str) -> str:
-        """`python -m <package>.<module> --output_dir out ... [--cpu true]` with the launcher."""
-        device_args = ["--cpu", "true"] if self.options.device == "cpu" else []
-        command = launch_command(self.answers)
+    def _run_module(self, module: str, *args: str, count: int | None = None) -> str:
+        """`python -m <package>.<module> --output_dir out ...` with the launcher (the answers'
+        processes, unless given), or forked by the process server; `--cpu true` for training
+        on a CPU."""
+        count = count or processes(self.answers)
+        if module == "train" and self.options.device == "cpu":
+            args = (*args, "--cpu", "true")
         module = f"{package_of(self.project)}.{module}"
-        return self._run([*command, module, "--output_dir", str(self.out), *args, *device_args])
+        args = ("--output_dir", str(self.out), *args)
+        own = count == processes(self.answers)
+        launch = launch_command(self.answers) if own else [sys.executable, "-m"]
+        if self.client is None:
+            return self._run([*launch, module, *args])
+        return self._forked(shlex.join(["python", *launch[1:], module, *args]), module, args, count)
+
+    def _forked(self, shown: str, module: str, args: Sequence[str], count: int) -> str:
+        """The server's run of a stage: the output and failures read as _run's do."""
+        self.logs += 1
+        log = self.project.parent / f"stage-{self.logs}.log"
+        env = project_env(self.answers, self.options)
+        try:
+            codes = self.client.run(
+                module,
+                args,
+                cwd=self.project,
+                env=env,
+                log=log,
+                processes=count,
+                timeout_s=TIMEOUT_S,
+            )
+        except TimeoutError:
+            output = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+            raise StageFailure(f"$ {shown}\ntimed out after {TIMEOUT_S} s\n{output}") from None
+        output = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+        failed = [(rank, code) for rank, code in enumerate(codes) if code != 0]
+        if failed:
+            said = ", ".join(f"rank {rank} {describe(code)}" for rank, code in failed)
+            said = said.removeprefix("rank 0 ") if count == 1 else said
+            raise StageFailure(f"$ {shown}\n{said}\n{output}")
+        return f"$ {shown}\n{output}"
 
     def _run(self, command: list[str]) -> str:
         """Run in the project folder; StageFailure with the command and output tail on error."""

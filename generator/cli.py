@@ -25,6 +25,7 @@ from generator.cover import TESTED_PAIRS, covering
 from generator.render import render
 from generator.report import write_report
 from generator.selection import Shard, matching, rest_sample, select, with_user_names
+from generator.server import ServerDied
 
 SAMPLES = ("sample", "rest", "all", "none")
 
@@ -58,6 +59,12 @@ def get_parser() -> argparse.ArgumentParser:
     _add_selection(check, every="")
     check.add_argument(
         "--jobs", type=_positive, default=1, metavar="J", help="combinations at once (default 1)"
+    )
+    check.add_argument(
+        "--no-server",
+        action="store_true",
+        help="start each stage as a plain subprocess (python -m, torchrun) instead of forking "
+        "it from a process server that has imported torch and the rest once",
     )
     check.add_argument(
         "--steps",
@@ -245,14 +252,22 @@ def _check(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     with tempfile.TemporaryDirectory(prefix="generator-check-") as scratch:
         workdir = args.workdir or Path(scratch)
-        options = Options(workdir / "compile-cache", args.device, args.steps, args.jobs)
+        options = Options(
+            workdir / "compile-cache", args.device, args.steps, args.jobs, not args.no_server
+        )
         print(
             f"checking {len(combinations)} combinations on {args.device}, "
             f"{args.jobs} at a time, in {workdir}",
             flush=True,
         )
         start, cpu_start = time.perf_counter(), _cpu_seconds()
-        results = check_all(space, combinations, sample, workdir, options, _progress(combinations))
+        try:
+            results = check_all(
+                space, combinations, sample, workdir, options, _progress(combinations)
+            )
+        except ServerDied as error:
+            print(f"error: {error}, and again after a restart: the check stops", file=sys.stderr)
+            return 2
         wall_s, cpu_s = time.perf_counter() - start, _cpu_seconds() - cpu_start
 
     failed = [r for r in results if not r.ok]
@@ -267,6 +282,7 @@ def _check(args: argparse.Namespace, argv: Sequence[str]) -> int:
             "command": "python -m generator " + shlex.join(argv),
             "device": args.device,
             "jobs": args.jobs,
+            "server": not args.no_server,
             "steps": args.steps,
             "wall_s": round(wall_s, 1),
             "cpu_s": round(cpu_s, 1),

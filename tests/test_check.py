@@ -156,7 +156,8 @@ def test_a_launch_that_fails_fails_the_train_stage_with_its_output(
     failing = [sys.executable, "-c", "import sys; print('no rendezvous'); sys.exit(3)"]
     monkeypatch.setattr(check, "launch_command", lambda answers: failing)
     report = tmp_path / "report"
-    code = main(["check", *all_fixed(DEFAULTS), "--project-tests", "none", "--report", str(report)])
+    plain = ["--no-server", "--project-tests", "none"]  # the server does not use the launcher
+    code = main(["check", *all_fixed(DEFAULTS), *plain, "--report", str(report)])
     assert code == 1
     row = json.loads((report / "report.json").read_text(encoding="utf-8"))["results"][0]
     assert row["failed_stage"] == "train"

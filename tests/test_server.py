@@ -1,0 +1,161 @@
+"""The process server of `generator check`: each stage a fresh child of a server that has
+imported the heavy modules, with the stage's folder, environment, arguments and log; the
+failures named; several processes started as torchrun starts them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from helpers import reproduce
+
+from generator.answers import load_space
+from generator.check import Options, check_combination
+from generator.server import Client, ServerDied, describe
+
+SPACE = load_space()
+
+STAGE = """\
+import json, os, signal, sys
+import torch
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    print("argv", json.dumps(sys.argv))
+    print("cwd", os.getcwd())
+    print("env", json.dumps({k: os.environ.get(k) for k in
+        ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+         "MINE")}))
+    print("threads", torch.get_num_threads())
+    print("fresh", "stage_state" not in sys.modules)
+    import stage_state  # a module of the project: imported in this child only
+    if "--fail" in args:
+        sys.exit("the one line a user would see")
+    if "--code" in args:
+        sys.exit(int(args[args.index("--code") + 1]))
+    if "--kill-self" in args:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if "--rank-1-fails" in args and os.environ.get("RANK") == "1":
+        sys.exit(4)
+    if "--sleep" in args:
+        import time
+        time.sleep(float(args[args.index("--sleep") + 1]))
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "stage.py").write_text(STAGE)
+    (tmp_path / "src" / "stage_state.py").write_text("")
+    return tmp_path
+
+
+@pytest.fixture
+def client():
+    client = Client()
+    yield client
+    client.close()
+
+
+def run(client: Client, project: Path, *args: str, processes: int = 1, timeout_s: float = 60):
+    log = project / f"log-{len(list(project.glob('log-*')))}.txt"
+    env = {**os.environ, "PYTHONPATH": "src", "OMP_NUM_THREADS": "1", "MINE": "yes"}
+    codes = client.run(
+        "stage",
+        args,
+        cwd=project,
+        env=env,
+        log=log,
+        processes=processes,
+        timeout_s=timeout_s,
+    )
+    return codes, log.read_text()
+
+
+def lines(output: str, key: str) -> list[str]:
+    return [line.split(" ", 1)[1] for line in output.splitlines() if line.startswith(key + " ")]
+
+
+def test_a_stage_runs_as_python_m_in_its_folder_with_its_environment(client, project):
+    codes, output = run(client, project, "--steps", "3")
+    assert codes == [0]
+    assert json.loads(lines(output, "argv")[0]) == [
+        str(project / "src" / "stage.py"),
+        "--steps",
+        "3",
+    ]
+    assert lines(output, "cwd") == [str(project)]
+    env = json.loads(lines(output, "env")[0])
+    assert env["MINE"] == "yes" and env["RANK"] is None
+    assert lines(output, "threads") == ["1"]  # OMP_NUM_THREADS, though torch loaded before
+    # The next stage is another fresh child: nothing of the project imported before it.
+    codes, output = run(client, project)
+    assert codes == [0] and lines(output, "fresh") == ["True"]
+
+
+def test_exit_codes_and_messages_are_those_of_a_plain_process(client, project):
+    assert run(client, project, "--code", "75")[0] == [75]
+    codes, output = run(client, project, "--fail")
+    assert codes == [1] and "the one line a user would see" in output
+    assert "Traceback" not in output
+
+
+def test_a_crashed_child_is_named_by_its_signal_and_the_server_goes_on(client, project):
+    codes, _ = run(client, project, "--kill-self")
+    assert codes == [-signal.SIGKILL] and describe(codes[0]) == "killed by SIGKILL"
+    assert run(client, project)[0] == [0]
+
+
+def test_a_stage_past_its_timeout_is_killed(client, project):
+    with pytest.raises(TimeoutError):
+        run(client, project, "--sleep", "60", timeout_s=1)
+    assert run(client, project)[0] == [0]
+
+
+def test_several_processes_get_the_environment_torchrun_sets(client, project):
+    codes, output = run(client, project, processes=2)
+    assert codes == [0, 0]
+    envs = sorted(map(json.loads, lines(output, "env")), key=lambda env: env["RANK"])
+    assert [(env["RANK"], env["LOCAL_RANK"]) for env in envs] == [("0", "0"), ("1", "1")]
+    assert {env["WORLD_SIZE"] for env in envs} == {"2"} == {env["LOCAL_WORLD_SIZE"] for env in envs}
+    assert len({env["MASTER_PORT"] for env in envs}) == 1 and envs[0]["MASTER_ADDR"]
+
+
+def test_when_one_process_fails_the_others_are_stopped(client, project):
+    codes, _ = run(client, project, "--rank-1-fails", "--sleep", "60", processes=2)
+    assert codes[1] == 4 and codes[0] == -signal.SIGTERM
+
+
+def test_a_server_that_dies_is_restarted_once_then_the_check_stops(client, project):
+    assert run(client, project)[0] == [0]
+    client._process.kill()
+    assert run(client, project)[0] == [0]  # restarted
+    client._process.kill()
+    with pytest.raises(ServerDied):
+        run(client, project)
+
+
+@pytest.mark.slow
+def test_server_and_plain_processes_agree_on_a_combination(tmp_path: Path) -> None:
+    answers = SPACE.defaults() | {"task_type": "tabular_regression", "export_target": "onnx"}
+    answers |= {"compile": False, "distributed": "multi"}
+    verdicts = {}
+    for server in (True, False):
+        options = Options(tmp_path / "cache", jobs=1, server=server)
+        folder = tmp_path / ("server" if server else "plain")
+        with Client() as client:
+            result = check_combination(
+                SPACE,
+                answers,
+                folder,
+                options,
+                project_tests=False,
+                client=client if server else None,
+            )
+        verdicts[server] = (result.ok, [stage.name for stage in result.stages])
+        assert result.ok, f"{reproduce(answers)}\n{result.log_tail}"
+    assert verdicts[True] == verdicts[False]
