@@ -25,6 +25,12 @@ class PlainDict(nn.Module):
         self.heads = {"a": nn.Linear(4, 2)}
 
 
+class PrivateList(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self._blocks = [nn.Linear(4, 4)]  # private, and just as hidden
+
+
 class NestedTuple(nn.Module):
     def __init__(self):
         super().__init__()
@@ -34,7 +40,12 @@ class NestedTuple(nn.Module):
 
 @pytest.mark.parametrize(
     ("model", "attribute"),
-    [(PlainList(), "'layers'"), (PlainDict(), "'heads'"), (NestedTuple(), "'body.extra'")],
+    [
+        (PlainList(), "'layers'"),
+        (PlainDict(), "'heads'"),
+        (PrivateList(), "'_blocks'"),
+        (NestedTuple(), "'body.extra'"),
+    ],
 )
 def test_audit_names_the_attribute(model, attribute):
     with pytest.raises(UnregisteredModuleError, match=attribute):

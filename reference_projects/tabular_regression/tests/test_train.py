@@ -9,7 +9,11 @@ from safetensors.torch import load_file
 
 from tabular_regression import task
 from tabular_regression import train as train_module
-from tabular_regression.train import main
+from tabular_regression.train import (
+    main,
+    release_cached_memory,
+)
+from tabular_regression.utils.seed import seed_everything
 
 
 def read_losses(output_dir: Path) -> list[float]:
@@ -64,6 +68,30 @@ def test_resume_continues_from_the_saved_step(short_run, tmp_path, monkeypatch):
     whole = load_file(tmp_path / "whole" / "model" / "model.safetensors")
     resumed = load_file(tmp_path / "resumed" / "model" / "model.safetensors")
     assert all(torch.equal(whole[key], resumed[key]) for key in whole)
+
+
+def test_cudnn_autotunes_only_where_the_task_has_static_shapes(short_run):
+    main(short_run())
+    assert torch.backends.cudnn.benchmark is (not task.DYNAMIC_SHAPES)
+    try:
+        seed_everything(0, deterministic=True, static_shapes=True)
+        assert torch.backends.cudnn.benchmark is False  # never when runs must be exact
+    finally:
+        seed_everything(0)
+    assert torch.backends.cudnn.benchmark is False
+
+
+def test_cached_memory_is_released_around_each_evaluation_only(short_run, monkeypatch):
+    released = []
+    monkeypatch.setattr(train_module, "release_cached_memory", released.append)
+    main(short_run())  # 6 steps, evaluated at steps 3 and 6
+    assert len(released) == 2 * 2, "before and after each evaluation, never on a step"
+    freed = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: freed.append(True))
+    release_cached_memory(torch.device("cpu"))
+    assert freed == []
+    release_cached_memory(torch.device("cuda"))
+    assert freed == [True]
 
 
 def test_accumulation_splits_a_step_into_micro_batches(short_run, tmp_path):

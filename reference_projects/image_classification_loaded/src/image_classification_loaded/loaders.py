@@ -118,17 +118,25 @@ class InMemoryLoader:
         return len(self.batch_sampler)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for indices in self.batch_sampler:
-            indices = indices.to(self.inputs.device)
-            yield self.inputs[indices], self.targets[indices]
+        batches = list(self.batch_sampler)  # the rest of the epoch, as index tensors
+        if not batches:
+            return
+        # The epoch's indices go to the device in one copy: a copy each step would block the
+        # host until the device caught up, and it could not queue the next step ahead.
+        indices = torch.cat(batches).to(self.inputs.device, non_blocking=True)
+        for batch in indices.split([len(batch) for batch in batches]):
+            yield self.inputs[batch], self.targets[batch]
 
 
 def resolve_num_workers(num_workers: int | str) -> int:
-    """`auto`: half the CPUs this process may use, at most 4; past that workers only contend."""
+    """`auto`: half this process's share of the CPUs, at most 4; past that workers only
+    contend. The share divides the CPUs it may use by the processes on this machine
+    (LOCAL_WORLD_SIZE, which torchrun and accelerate launch set), as they all load data."""
     if num_workers != "auto":
         return int(num_workers)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return min(4, (cpus or 1) // 2)
+    cpus_per_process = (cpus or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return min(4, cpus_per_process // 2)
 
 
 def build_loaders(

@@ -115,7 +115,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     # Dropout and loader workers draw differently on each process; the initial weights are
     # rank 0's (DDP broadcasts them) and the batch order follows cfg.seed alone (loaders.py).
     rank_seed = (cfg.seed + accelerator.process_index) % 2**32
-    data_generator = seed_everything(rank_seed, cfg.deterministic)
+    data_generator = seed_everything(rank_seed, cfg.deterministic, not task.DYNAMIC_SHAPES)
     torch.autograd.set_detect_anomaly(cfg.detect_anomaly)
 
     # --- data
@@ -360,14 +360,23 @@ def evaluate(
     broadcast_buffers(model, accelerator)
     device = accelerator.device
     model.eval()
+    release_cached_memory(device)  # training's cached blocks, for evaluation's other shapes
     metrics = task.Metrics(device, preprocess)
     with torch.inference_mode():
         for inputs, targets in loader:
             inputs = inputs.to(device, non_blocking=True)
             targets = targets.to(device, non_blocking=True)
             metrics.update(model(inputs), targets)
+    release_cached_memory(device)  # and evaluation's, before training allocates again
     model.train()
     return sum_over_processes(metrics, accelerator).compute()
+
+
+def release_cached_memory(device: torch.device) -> None:
+    """Return the CUDA caching allocator's free blocks to the device: around evaluation only,
+    where the shapes change; on every step it would only cost a device sync."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def _due(every: int, step: int, end_of_epoch: bool) -> bool:

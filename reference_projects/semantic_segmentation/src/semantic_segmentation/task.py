@@ -16,6 +16,9 @@ from .data import Preprocess
 TASK = "semantic_segmentation"
 METRIC = "mean_iou"  # the metric that picks the best checkpoint and goes into summary.json
 HIGHER_IS_BETTER = True
+# Full batches of fixed-size inputs: one compiled graph and one set of cuDNN kernels serve
+# every step.
+DYNAMIC_SHAPES = False
 
 
 def compute_loss(logits: Tensor, targets: Tensor) -> Tensor:

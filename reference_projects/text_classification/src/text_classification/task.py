@@ -9,6 +9,9 @@ from .data import Preprocess
 TASK = "text_classification"
 METRIC = "accuracy"  # the metric that picks the best checkpoint and goes into summary.json
 HIGHER_IS_BETTER = True
+# Texts are padded to the longest of their batch, so the sequence length changes from
+# batch to batch: compile one graph for any length, and no cuDNN autotuning (train.py).
+DYNAMIC_SHAPES = True
 
 
 def compute_loss(logits: Tensor, targets: Tensor) -> Tensor:

@@ -92,7 +92,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             "or re-render it with `copier update --data distributed=multi`"
         )
     device = accelerator.device
-    data_generator = seed_everything(cfg.seed, cfg.deterministic)
+    data_generator = seed_everything(cfg.seed, cfg.deterministic, not task.DYNAMIC_SHAPES)
     torch.autograd.set_detect_anomaly(cfg.detect_anomaly)
 
     # --- data
@@ -287,14 +287,23 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 def evaluate(model: nn.Module, loader, device: torch.device, preprocess: Any) -> dict[str, float]:
     """The task's metrics over the whole evaluation set, every sample counted once."""
     model.eval()
+    release_cached_memory(device)  # training's cached blocks, for evaluation's other shapes
     metrics = task.Metrics(device, preprocess)
     with torch.inference_mode():
         for inputs, targets in loader:
             inputs = inputs.to(device, non_blocking=True)
             targets = targets.to(device, non_blocking=True)
             metrics.update(model(inputs), targets)
+    release_cached_memory(device)  # and evaluation's, before training allocates again
     model.train()
     return metrics.compute()
+
+
+def release_cached_memory(device: torch.device) -> None:
+    """Return the CUDA caching allocator's free blocks to the device: around evaluation only,
+    where the shapes change; on every step it would only cost a device sync."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def _due(every: int, step: int, end_of_epoch: bool) -> bool:

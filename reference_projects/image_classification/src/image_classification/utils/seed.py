@@ -7,7 +7,9 @@ import numpy as np
 import torch
 
 
-def seed_everything(seed: int, deterministic: bool = False) -> torch.Generator:
+def seed_everything(
+    seed: int, deterministic: bool = False, static_shapes: bool = False
+) -> torch.Generator:
     """Seed Python, NumPy, torch on the CPU and on every CUDA device; return a data generator.
 
     The returned generator is for the data pipeline (shuffling, worker seeds), so the data
@@ -17,7 +19,8 @@ def seed_everything(seed: int, deterministic: bool = False) -> torch.Generator:
     `deterministic=True` makes GPU runs repeatable bit for bit: cuDNN picks deterministic
     kernels and autotuning is off, and PyTorch raises on ops with no deterministic version.
     It costs speed (often 10-30% on GPU convolutions), so it is off by default; on the CPU
-    runs are repeatable either way.
+    runs are repeatable either way. `static_shapes`: every batch has the same shapes (the
+    task's DYNAMIC_SHAPES is False), which is when cuDNN's autotuning pays off.
     """
     random.seed(seed)
     np.random.seed(seed)
@@ -29,9 +32,10 @@ def seed_everything(seed: int, deterministic: bool = False) -> torch.Generator:
     if deterministic:
         os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     torch.backends.cudnn.deterministic = deterministic
-    # Autotuning picks the fastest kernel per input shape; our training shapes are fixed
-    # (drop_last), so it pays off whenever results need not be bit-exact.
-    torch.backends.cudnn.benchmark = not deterministic
+    # Autotuning times every kernel for each new input shape, then reuses the fastest: a
+    # gain when the shapes are fixed, a search per batch when they vary (texts padded to
+    # each batch's longest), and never bit-exact.
+    torch.backends.cudnn.benchmark = static_shapes and not deterministic
     # Switching this imports torch's compiler configuration, about a second of start-up on
     # a CPU, so switch only when the setting changes.
     if torch.are_deterministic_algorithms_enabled() != deterministic:

@@ -2,6 +2,10 @@
 
 from torch import nn
 
+# What nn.Module keeps in every instance (_parameters, _modules, its hooks): the only
+# attributes the audit skips. A private `self._blocks = [...]` hides layers all the same.
+_BOOKKEEPING = frozenset(vars(nn.Module()))
+
 
 class UnregisteredModuleError(TypeError):
     """A module keeps sub-modules where PyTorch cannot see them."""
@@ -16,7 +20,7 @@ def assert_modules_registered(model: nn.Module) -> None:
     """
     for module_name, module in model.named_modules():
         for attribute, value in vars(module).items():
-            if attribute.startswith("_"):
+            if attribute in _BOOKKEEPING:
                 continue
             if _holds_modules(value):
                 path = f"{module_name}.{attribute}" if module_name else attribute
