@@ -16,6 +16,7 @@ from generator.answers import Answers, load_space
 from generator.check import Options, Result, Stage, check_all, check_combination
 from generator.cli import main
 from generator.report import as_markdown, reproduce, write_report
+from generator.server import Client
 
 SPACE = load_space()
 DEFAULTS = SPACE.defaults()
@@ -81,7 +82,8 @@ def test_check_all_keeps_order_starts_the_sample_first_and_keeps_failures(
     started: list[str] = []
     lock = threading.Lock()
 
-    def fake(space, answers, folder, opts, *, project_tests):
+    def fake(space, answers, folder, opts, *, project_tests, client):
+        assert isinstance(client, Client)  # a server per job, started on first use
         folder.mkdir(parents=True)
         with lock:
             started.append(space.slug(answers))

@@ -11,10 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from PIL import Image
 
 from image_classification_loaded import train
 from image_classification_loaded.train import main
+from image_classification_loaded.utils.records import run_info
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 RUN_FIELDS = {
@@ -36,10 +38,21 @@ def test_run_json_and_curves_record_the_run(short_run, tmp_path):
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run.keys() >= RUN_FIELDS
     assert run["start_time"] <= run["end_time"]  # ISO 8601 in one time zone sorts as text
-    assert run["libraries"]["torch"] and run["libraries"]["matplotlib"]
+    assert run["libraries"]["torch"] and run["libraries"]["safetensors"]
+    assert run["libraries"]["onnx"] and run["libraries"]["onnxruntime"]  # what exports
+    assert run["device"] == "cpu" and run["gpu"] is None
     with Image.open(tmp_path / "run" / "curves.png") as image:
         assert image.format == "PNG" and image.width > 0 and image.height > 0
         image.verify()  # raises if the file is truncated or corrupt
+
+
+def test_a_cuda_run_records_its_gpus_and_the_cuda_and_cudnn_versions(cfg, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "A Fake GPU")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91002)
+    info = run_info(cfg, "fingerprint", 2, torch.device("cuda", 0))
+    assert info["gpu"] == {"name": "A Fake GPU", "count": 2, "cuda": "12.8", "cudnn": 91002}
 
 
 def test_an_interrupted_run_has_no_end_time(short_run, tmp_path, monkeypatch):

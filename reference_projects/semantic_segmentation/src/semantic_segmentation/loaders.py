@@ -110,14 +110,11 @@ class InMemoryLoader:
 
 
 def resolve_num_workers(num_workers: int | str) -> int:
-    """`auto`: half this process's share of the CPUs, at most 4; past that workers only
-    contend. The share divides the CPUs it may use by the processes on this machine
-    (LOCAL_WORLD_SIZE, which torchrun and accelerate launch set), as they all load data."""
+    """`auto`: half the CPUs this process may use, at most 4; past that workers only contend."""
     if num_workers != "auto":
         return int(num_workers)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    cpus_per_process = (cpus or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return min(4, cpus_per_process // 2)
+    return min(4, (cpus or 1) // 2)
 
 
 def build_loaders(

@@ -16,7 +16,16 @@ from typing import Any
 
 import torch
 
-LIBRARIES = ("torch", "accelerate", "numpy", "scikit-learn", "pillow", "matplotlib")
+# Whose versions run.json records: what computes, stores and exports a result.
+LIBRARIES = (
+    "torch",
+    "accelerate",
+    "numpy",
+    "scikit-learn",
+    "safetensors",
+    "pillow",
+    "matplotlib",
+)
 
 
 class MetricsLog:
@@ -85,6 +94,7 @@ def run_info(
         ],
         "world_size": world_size,
         "device": str(device),
+        "gpu": _gpu(device),
         "host": socket.gethostname(),
         "command": " ".join(sys.argv),
         "start_time": _now(),
@@ -107,6 +117,18 @@ def peak_memory_mb(device: torch.device) -> float:
 
 def _now() -> str:
     return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _gpu(device: torch.device) -> dict[str, Any] | None:
+    """The GPUs of a CUDA run and the CUDA and cuDNN versions it ran with; None on a CPU."""
+    if device.type != "cuda":
+        return None
+    return {
+        "name": torch.cuda.get_device_name(device),
+        "count": torch.cuda.device_count(),
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+    }
 
 
 def _versions(names: tuple[str, ...]) -> dict[str, str | None]:
