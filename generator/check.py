@@ -321,13 +321,12 @@ class _Run:
         """`python -m <package>.<module> --output_dir out ...` with the launcher (the answers'
         processes, unless given), or forked by the process server; `--cpu true` for training
         on a CPU."""
+        launch = launch_command(self.answers) if count is None else [sys.executable, "-m"]
         count = count or processes(self.answers)
         if module == "train" and self.options.device == "cpu":
             args = (*args, "--cpu", "true")
         module = f"{package_of(self.project)}.{module}"
         args = ("--output_dir", str(self.out), *args)
-        own = count == processes(self.answers)
-        launch = launch_command(self.answers) if own else [sys.executable, "-m"]
         if self.client is None:
             return self._run([*launch, module, *args])
         return self._forked(shlex.join(["python", *launch[1:], module, *args]), module, args, count)
@@ -348,9 +347,10 @@ class _Run:
                 timeout_s=TIMEOUT_S,
             )
         except TimeoutError:
-            output = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
-            raise StageFailure(f"$ {shown}\ntimed out after {TIMEOUT_S} s\n{output}") from None
+            codes = None
         output = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+        if codes is None:
+            raise StageFailure(f"$ {shown}\ntimed out after {TIMEOUT_S} s\n{output}")
         failed = [(rank, code) for rank, code in enumerate(codes) if code != 0]
         if failed:
             said = ", ".join(f"rank {rank} {describe(code)}" for rank, code in failed)

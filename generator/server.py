@@ -183,12 +183,12 @@ class Client:
             "log": str(log),
             "processes": processes,
         }
-        for attempt in range(2):
+        for _ in range(2):
             try:
                 return self._ask(request, timeout_s)
             except ServerDied:
                 self.close()
-                if attempt or self.restarts:
+                if self.restarts:
                     raise
                 self.restarts += 1  # restarted once in the check's life, then it stops
         raise AssertionError("unreachable")
