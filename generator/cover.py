@@ -42,8 +42,8 @@ def covering(
     defaults, and is empty when nothing is left. Ties go to the earlier candidate, so the
     result is deterministic.
 
-    Of the combinations that use the most unused features, the one with the cheapest own
-    suite (suite_cost) is taken: the cover is what `make test` runs the suites of.
+    Of the combinations that use the most unused features, the cheapest (cost) is taken:
+    the cover is what `make test` runs the suites of.
     """
     candidates = space.combinations() if candidates is None else list(candidates)
     done = {feature for combo in covered for feature in features(combo, pairs)}
@@ -55,16 +55,17 @@ def covering(
     while uncovered:
         best = max(
             candidates,
-            key=lambda combo: (len(uncovered & features(combo, pairs)), -suite_cost(combo)),
+            key=lambda combo: (len(uncovered & features(combo, pairs)), -cost(combo)),
         )
         chosen.append(best)
         uncovered -= features(best, pairs)
     return chosen
 
 
-def suite_cost(combo: Answers) -> int:
-    """A rough price of a combination's own test suite: the tests and work each option adds
-    to it (compiling counts twice: the compiled fast dev run spends most of its time there)."""
+def cost(combo: Answers) -> int:
+    """A rough price of checking a combination, its own suite or its check's stages: the
+    work each option adds (compiling counts twice: a compiled run spends most of its time
+    compiling, and the resume compiles again)."""
     return (
         2 * bool(combo.get("compile"))
         + (combo.get("distributed") == "multi")

@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 
 from generator.answers import Answer, Answers, AnswerSpace
+from generator.cover import cost
 
 Choice = tuple[str, Answer]
 
@@ -35,7 +36,9 @@ def pairwise(
     Starts with the defaults (the combination most users get) when they are a candidate and
     the candidates in `first` (combinations the set must hold, such as those whose own tests
     run), then repeatedly takes the candidate that covers the most pairs not yet covered,
-    ties going to the earliest in matrix order, so the result depends only on copier.yml.
+    ties going to the cheapest to check (cover.cost: most pairs can be covered without
+    compiling), then to the earliest in matrix order, so the result depends only on
+    copier.yml.
     Only pairs that some candidate contains need covering, so candidates restricted with
     `--set` work as is.
     Scanning every candidate per row is cheap for a matrix of thousands of combinations.
@@ -54,7 +57,10 @@ def pairwise(
             chosen.append(combo)
             uncovered -= pair_sets[candidates.index(combo)]
     while uncovered:
-        best = max(range(len(candidates)), key=lambda i: len(uncovered & pair_sets[i]))
+        best = max(
+            range(len(candidates)),
+            key=lambda i: (len(uncovered & pair_sets[i]), -cost(candidates[i])),
+        )
         chosen.append(candidates[best])
         uncovered -= pair_sets[best]
     return chosen
