@@ -2,12 +2,12 @@
 uninterrupted run ends (weights, optimizer state, every logged metric), bit for bit on CPU."""
 
 import json
+import multiprocessing
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
+from multiprocessing import forkserver
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,12 @@ from tabular_regression.train import main
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 STEPS = 30  # two epochs of the tests' data (conftest.py's embedded_args, user_data) and more
+# A training run's imports, made once by the server its children fork from: the project,
+# torch._dynamo (imported at the optimizer's first use).
+PRELOAD = [
+    "tabular_regression.train",
+    "torch._dynamo",
+]
 # Timings differ between runs; everything else a run logs must be identical.
 TIMINGS = {"samples_per_s", "data_wait"}
 
@@ -45,23 +51,45 @@ def steps_logged(metrics: Path) -> int:
         return sum(1 for line in lines if '"split"' not in line)
 
 
-def interrupt(args: list[str], output_dir: Path, at_step: int, signum: int) -> int:
-    """Run training in a child process and send it `signum` once it has logged `at_step`."""
-    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tabular_regression.train", *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+@pytest.fixture(scope="session")
+def trainers():
+    """Training processes forked from one that has imported torch and this project once
+    (multiprocessing's forkserver): each is a process of its own, killed for real, without
+    the seconds a new interpreter spends on imports. The server starts clean, on one thread
+    and with the package on its path, whatever this process has run or set up before."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", str(SRC), prepend=os.pathsep)
+        patch.setenv("OMP_NUM_THREADS", "1")
+        forkserver.ensure_running()
+    return context
+
+
+def quiet_train(args: list[str]) -> None:
+    """`python -m tabular_regression.train ARGS` in a forked child, its output discarded."""
+    # Loader workers fork from this process, as from `python -m`: forked by the server, they
+    # would not see a killed run end, and would outlive it.
+    multiprocessing.set_start_method("fork", force=True)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    main(args)
+
+
+def interrupt(trainers, args: list[str], output_dir: Path, at_step: int, signum: int) -> int:
+    """Train in a child process and send it `signum` once it has logged `at_step`."""
+    child = trainers.Process(target=quiet_train, args=(args,))
+    child.start()
     metrics, deadline = output_dir / "metrics.jsonl", time.monotonic() + 120
     try:
-        while child.poll() is None and time.monotonic() < deadline:
+        while child.is_alive() and time.monotonic() < deadline:
             if metrics.exists() and steps_logged(metrics) >= at_step:
-                child.send_signal(signum)
+                os.kill(child.pid, signum)
                 break
             time.sleep(0.002)
-        return child.wait(timeout=60)
+        child.join(timeout=60)
+        return child.exitcode
     finally:
         child.kill()
 
@@ -98,21 +126,21 @@ def steps_per_epoch(output_dir: Path) -> int:
 
 # Resume points before and after the first epoch boundary.
 @pytest.mark.parametrize("epoch", [0, 1], ids=["first-epoch", "second-epoch"])
-def test_sigkill_at_a_random_step_then_resume_is_exact(reference, tmp_path, epoch):
+def test_sigkill_at_a_random_step_then_resume_is_exact(reference, trainers, tmp_path, epoch):
     root, extra = reference
     epoch_steps = steps_per_epoch(root / "whole")
     assert epoch_steps * 2 + 3 <= STEPS, "an epoch must be short enough for two in one run"
     at_step = random.randint(epoch * epoch_steps + 2, (epoch + 1) * epoch_steps - 1)
     args = run_args(tmp_path, *extra)
-    assert interrupt(args, tmp_path, at_step, signal.SIGKILL) == -signal.SIGKILL
+    assert interrupt(trainers, args, tmp_path, at_step, signal.SIGKILL) == -signal.SIGKILL
     main(args)  # the same command again: resume auto
     assert_same_run(root / "whole", tmp_path, at_step)
 
 
-def test_sigterm_checkpoints_the_current_step_and_exits_75(reference, tmp_path):
+def test_sigterm_checkpoints_the_current_step_and_exits_75(reference, trainers, tmp_path):
     root, extra = reference
     args = run_args(tmp_path, *extra)
-    assert interrupt(args, tmp_path, 13, signal.SIGTERM) == 75
+    assert interrupt(trainers, args, tmp_path, 13, signal.SIGTERM) == 75
     latest = (tmp_path / "checkpoints" / "latest").read_text().strip()
     stopped_at = load_checkpoint(tmp_path / "checkpoints" / latest)["progress"]["step"]
     assert 13 <= stopped_at < STEPS  # the step in progress when the signal came
