@@ -35,8 +35,25 @@ import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-# Heavy, project-independent and free of threads at import: what every project imports.
-PRELOAD = ("torch", "accelerate", "numpy", "sklearn", "safetensors", "yaml", "tqdm", "PIL")
+# Heavy, project-independent and starting no thread at import: what the projects import.
+# torch._dynamo: an optimizer's first step imports it; matplotlib: every run plots its
+# curves; then the export and tracker libraries that start no thread (mlflow and
+# onnxruntime do, so the children that use them import them).
+PRELOAD = (
+    "torch",
+    "torch._dynamo",
+    "accelerate",
+    "numpy",
+    "sklearn",
+    "safetensors",
+    "yaml",
+    "tqdm",
+    "PIL",
+    "matplotlib.pyplot",
+    "onnx",
+    "torch.utils.tensorboard",
+    "wandb",
+)
 _REPLIES = -1  # the server's answers to the client, which no child may write to
 
 

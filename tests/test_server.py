@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from helpers import reproduce
 
 from generator.answers import load_space
 from generator.check import Options, check_combination
-from generator.server import Client, ServerDied, describe
+from generator.server import PRELOAD, Client, ServerDied, describe
 
 SPACE = load_space()
 
@@ -128,6 +130,28 @@ def test_several_processes_get_the_environment_torchrun_sets(client, project):
 def test_when_one_process_fails_the_others_are_stopped(client, project):
     codes, _ = run(client, project, "--rank-1-fails", "--sleep", "60", processes=2)
     assert codes[1] == 4 and codes[0] == -signal.SIGTERM
+
+
+THREADS = """\
+import importlib, os, sys, threading
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+print(threading.active_count(), len(os.listdir("/proc/self/task")))
+"""
+
+
+def test_the_preloaded_modules_start_no_thread() -> None:
+    """A fork copies only the thread that forks: another thread's locks would stay held in
+    the children. The server's imports start no Python thread, and no native one beyond the
+    BLAS and OpenMP pools of torch and scikit-learn (which restart in a forked child)."""
+
+    def threads(*modules: str) -> str:
+        command = [sys.executable, "-c", THREADS, *modules]
+        env = {**os.environ, "MPLBACKEND": "Agg"}
+        return subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+
+    assert threads(*PRELOAD) == threads("torch", "sklearn")
+    assert threads("torch", "sklearn").split()[0] == "1"  # the main thread only
 
 
 def test_a_server_that_dies_is_restarted_once_then_the_check_stops(client, project):
