@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import shutil
 import warnings
 from collections.abc import Iterator, Mapping
@@ -11,6 +12,8 @@ from pathlib import Path
 import copier
 import jinja2
 import yaml
+from copier import _main as copier_main
+from copier import _template as copier_template
 from copier.errors import DirtyLocalWarning
 
 from generator import REPO_ROOT
@@ -76,16 +79,25 @@ def package_of(project: Path) -> str:
 
 
 @contextlib.contextmanager
-def compiled_once() -> Iterator[None]:
-    """Within it, renders reuse the compiled code of a template text compiled before.
+def many_renders() -> Iterator[None]:
+    """Within it, renders skip work whose result is known, for code that renders hundreds of
+    combinations one at a time; what they write is the same.
 
-    Copier builds a new Jinja environment for each render and compiles every file and path
-    in it again: most of a render's time. The code depends only on the text and on the
-    environment's syntax settings, which one template keeps, so it is what Jinja's own
-    bytecode cache would store. For code that renders hundreds of combinations, one at a time.
+    - A template text compiled before reuses its compiled code. Copier builds a new Jinja
+      environment for each render and compiles every file and path in it again: most of a
+      render's time. The code depends only on the text and on the environment's syntax
+      settings, which one template keeps, so it is what Jinja's own bytecode cache stores.
+    - copier.yml is parsed once (unless it includes other files): copier reads it with
+      PyYAML's pure-Python loader for each render.
+    - Copier asks git, for each file it writes, whether the destination's index needs the
+      file's executable bit (two git processes per file). Outside a git repository there is
+      no index, so it is not asked.
     """
     compile_ = jinja2.Environment.compile
+    sync_bit = copier_main.Worker._sync_git_index_executable_bit
+    load_config = copier_template.load_template_config
     cache: dict[tuple, object] = {}
+    configs: dict[str, dict] = {}
 
     def compile_cached(env, source, name=None, filename=None, raw=False, defer_init=False):
         syntax = (type(env), env.lexer, tuple(sorted(env.extensions)))
@@ -94,8 +106,25 @@ def compiled_once() -> Iterator[None]:
             cache[key] = compile_(env, source, name, filename, raw, defer_init)
         return cache[key]
 
+    def load_config_once(conf_path, quiet=False):
+        text = Path(conf_path).read_text(encoding="utf-8")
+        if "!include" in text:
+            return load_config(conf_path, quiet)
+        if text not in configs:
+            configs[text] = load_config(conf_path, quiet)
+        return copy.deepcopy(configs[text])  # copier may change what it is given
+
+    def sync_bit_in_repositories(worker, dst_relpath, src_mode):
+        destination = Path(worker.subproject.local_abspath).resolve()
+        if any((folder / ".git").exists() for folder in (destination, *destination.parents)):
+            sync_bit(worker, dst_relpath, src_mode)
+
     jinja2.Environment.compile = compile_cached
+    copier_template.load_template_config = load_config_once
+    copier_main.Worker._sync_git_index_executable_bit = sync_bit_in_repositories
     try:
         yield
     finally:
         jinja2.Environment.compile = compile_
+        copier_template.load_template_config = load_config
+        copier_main.Worker._sync_git_index_executable_bit = sync_bit

@@ -24,7 +24,7 @@ from markdown_it import MarkdownIt
 from generator.answers import COPIER_YML, Answers, load_space
 from generator.checks import static_problems
 from generator.cover import covering
-from generator.render import ANSWERS_FILE, compiled_once, render, template_copy
+from generator.render import ANSWERS_FILE, many_renders, render, template_copy
 from generator.selection import USER_NAMES, select, with_user_names
 
 SPACE = load_space()
@@ -36,7 +36,7 @@ RESERVED = set(yaml.safe_load(COPIER_YML.read_text())["reserved_package_names"][
 
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    with compiled_once():  # see tests/test_matrix.py
+    with many_renders():  # see tests/test_matrix.py
         yield template_copy(tmp_path_factory.mktemp("template") / "copy")
 
 

@@ -18,7 +18,7 @@ from generator import REPO_ROOT
 from generator.answers import AnswerError, Answers, AnswerSpace, Axis, load_space
 from generator.checks import CHOICE_MARKERS, static_problems
 from generator.pairwise import pairwise
-from generator.render import compiled_once, render, template_copy
+from generator.render import many_renders, render, template_copy
 from generator.selection import Shard, select
 
 SPACE = load_space()
@@ -30,8 +30,9 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The working tree's template, copied once outside git: copier reads it in place instead
     of cloning a repository for each of the renders (a third of a render's time). The answers
     file's `_commit` is then missing; tests/test_check.py and test_references.py check it.
-    Each text of the template is compiled once for all the renders (most of the rest)."""
-    with compiled_once():
+    Each text of the template is compiled once for all the renders (most of the rest), and
+    copier asks git nothing about destinations outside a repository (render.many_renders)."""
+    with many_renders():
         yield template_copy(tmp_path_factory.mktemp("template") / "copy")
 
 
@@ -40,6 +41,20 @@ def test_combination_is_clean(tmp_path: Path, answers: Answers, template: Path) 
     project = render(answers, tmp_path / "project", template=template)
     problems = static_problems(project, answers, committed=False)
     assert not problems, "\n".join([reproduce(answers), *problems])
+
+
+def test_many_renders_write_what_a_render_writes(tmp_path: Path) -> None:
+    answers = SPACE.defaults() | {"distributed": "multi", "export_target": "onnx"}
+    plain = render(answers, tmp_path / "plain", template=template_copy(tmp_path / "t"))
+    with many_renders():
+        render(answers, tmp_path / "warm", template=tmp_path / "t")  # compiles the texts
+        fast = render(answers, tmp_path / "fast", template=tmp_path / "t")
+
+    def tree(root: Path) -> dict[str, tuple[bytes, int]]:
+        files = (path for path in sorted(root.rglob("*")) if path.is_file())
+        return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mode) for p in files}
+
+    assert tree(fast) == tree(plain)
 
 
 def test_choice_markers_name_real_choices() -> None:
