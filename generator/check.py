@@ -6,10 +6,11 @@ that fails:
     render   copier renders it into a fresh folder
     lint     generator.checks: ruff format --check, ruff check, byte-compile, leftovers
     train    the project's fast dev run in a new process (a few steps of train, evaluation and
-             checkpoint; export and verify when an export_target is chosen), then the run
-             folder is checked against the run contract
-    resume   a second process on the same output_dir trains `steps` more: it must pick up the
-             newest checkpoint from disk and keep the first run's metrics as they were
+             checkpoint; export and verify when an export_target is chosen), then its run
+             folder (output_dir/fast-dev-run, and nothing else in output_dir) is checked
+             against the run contract
+    resume   a second process trains the fast dev run's folder `steps` more: it must pick up
+             the newest checkpoint from disk and keep the first run's metrics as they were
     export   (export_target != none) the resumed run's export names its final checkpoint and
              was verified against PyTorch; `python -m <package>.export --checkpoint best`
              exports and verifies the best one
@@ -45,6 +46,7 @@ from generator.server import Client, ServerDied, describe
 # Generous, so a hang fails its stage instead of stalling the matrix; never a speed check.
 TIMEOUT_S = 1800
 TAIL_LINES = 60
+FAST_DEV_RUN_DIR = "fast-dev-run"  # where a project's fast dev run writes, under output_dir
 BEST = ("--checkpoint", "best")  # the export command's, as the rendered README shows it
 RUN_FOLDER = ("config.yaml", "run.json", "metrics.jsonl", "summary.json", "curves.png")
 SUMMARY_FIELDS = (
@@ -251,7 +253,8 @@ class _Run:
     def __init__(self, answers: Answers, folder: Path, options: Options, client: Client | None):
         self.answers, self.options, self.client = answers, options, client
         self.logs = 0  # the stages' logs so far, under folder/
-        self.project, self.out = folder / "project", folder / "out"
+        self.project, self.outputs = folder / "project", folder / "out"
+        self.out = self.outputs / FAST_DEV_RUN_DIR  # the fast dev run's, resumed and exported
         self.first_steps = 0  # steps the fast dev run trained
         self.first_metrics = ""  # its metrics.jsonl, which the resume must keep
 
@@ -265,8 +268,11 @@ class _Run:
             raise StageFailure("\n".join(problems))
 
     def train(self) -> None:
-        output = self._run_module("train", "--fast_dev_run", "true")
+        output = self._run_module("train", "--fast_dev_run", "true", output_dir=self.outputs)
         problems = run_folder_problems(self.out, self.answers, self.options.device)
+        others = sorted(p.name for p in self.outputs.glob("*") if p != self.out)
+        if others:
+            problems.append(f"the fast dev run wrote {others} outside {FAST_DEV_RUN_DIR}/")
         if problems:
             raise StageFailure("\n".join([output, *problems]))
         self.first_steps = _summary(self.out)["steps"]
@@ -317,16 +323,18 @@ class _Run:
         pytest = ["pytest", "-q", "-x", "-p", "no:cacheprovider", *quiet]
         self._run([sys.executable, "-m", *pytest])
 
-    def _run_module(self, module: str, *args: str, count: int | None = None) -> str:
-        """`python -m <package>.<module> --output_dir out ...` with the launcher (the answers'
-        processes, unless given), or forked by the process server; `--cpu true` for training
-        on a CPU."""
+    def _run_module(
+        self, module: str, *args: str, count: int | None = None, output_dir: Path | None = None
+    ) -> str:
+        """`python -m <package>.<module> --output_dir OUT ...` (the run folder, unless given)
+        with the launcher (the answers' processes, unless given), or forked by the process
+        server; `--cpu true` for training on a CPU."""
         launch = launch_command(self.answers) if count is None else [sys.executable, "-m"]
         count = count or processes(self.answers)
         if module == "train" and self.options.device == "cpu":
             args = (*args, "--cpu", "true")
         module = f"{package_of(self.project)}.{module}"
-        args = ("--output_dir", str(self.out), *args)
+        args = ("--output_dir", str(output_dir or self.out), *args)
         if self.client is None:
             return self._run([*launch, module, *args])
         return self._forked(shlex.join(["python", *launch[1:], module, *args]), module, args, count)

@@ -37,10 +37,10 @@ def test_render_time(tmp_path: Path) -> None:
 def test_train_time(tmp_path: Path) -> None:
     out = tmp_path / "train.json"
     task = "image_classification"
-    run_bench("train_time.py", "--task", task, "--out", str(out), "--", "--fast_dev_run", "true")
+    run_bench("train_time.py", "--task", task, "--out", str(out), "--", "--max_steps", "4")
     result = json.loads(out.read_text(encoding="utf-8"))
     assert result["benchmark"] == "train_time"
-    assert result["train_args"] == ["--fast_dev_run", "true"]
+    assert result["train_args"] == ["--max_steps", "4"]
     (run,) = result["runs"]
     assert run["task"] == task
     for key in ("value", "baseline_value", "wall_s", "samples_per_s", "process_s"):

@@ -174,7 +174,8 @@ def test_default_combination_passes_every_stage(tmp_path: Path) -> None:
     )
     assert result.ok, result.log_tail
     assert [s.name for s in result.stages] == FAST_STAGES
-    summary = json.loads((tmp_path / "c" / "out" / "summary.json").read_text(encoding="utf-8"))
+    run = tmp_path / "c" / "out" / "fast-dev-run"
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     assert summary["steps"] == 4 + 2
 
 
@@ -202,6 +203,34 @@ def test_a_run_that_starts_over_fails_the_resume_stage(
     assert "did not resume" in result.log_tail
 
 
+# Runs `python -m MODULE ARGS`, then leaves a file in the fast dev run's --output_dir, as a
+# fast dev run that wrote beside its own folder would.
+STRAY = """\
+import pathlib, runpy, sys
+module, args = sys.argv[1], sys.argv[2:]
+sys.argv = [module, *args]
+try:
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+finally:
+    if "--fast_dev_run" in args:
+        pathlib.Path(args[args.index("--output_dir") + 1], "config.yaml").write_text("")
+"""
+
+
+@pytest.mark.slow
+def test_a_fast_dev_run_that_writes_beside_its_folder_fails_the_train_stage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wrapper = tmp_path / "stray.py"
+    wrapper.write_text(STRAY, encoding="utf-8")
+    monkeypatch.setattr(check, "launch_command", lambda answers: [sys.executable, str(wrapper)])
+    result = check_combination(
+        SPACE, DEFAULTS, tmp_path / "c", options(tmp_path), project_tests=False
+    )
+    assert result.failed_stage == "train", result.log_tail
+    assert "wrote ['config.yaml'] outside fast-dev-run/" in result.log_tail
+
+
 EXPORTING = DEFAULTS | {"task_type": "tabular_regression", "export_target": "torchscript"}
 
 
@@ -212,8 +241,9 @@ def test_an_export_is_checked_after_the_run_and_from_the_best_checkpoint(tmp_pat
     )
     assert result.ok, result.log_tail
     assert [s.name for s in result.stages] == [*FAST_STAGES, "export"]
-    meta = json.loads((tmp_path / "c" / "out" / "export" / "model.json").read_text("utf-8"))
-    best = (tmp_path / "c" / "out" / "checkpoints" / "best").read_text("utf-8").strip()
+    run = tmp_path / "c" / "out" / "fast-dev-run"
+    meta = json.loads((run / "export" / "model.json").read_text("utf-8"))
+    best = (run / "checkpoints" / "best").read_text("utf-8").strip()
     assert Path(meta["checkpoint"]).name == best and meta["verified"]
 
 

@@ -4,6 +4,7 @@ import numpy as np
 from PIL import Image
 from sklearn.datasets import load_digits
 
+from image_classification.config import FAST_DEV_RUN_DIR
 from image_classification.data import stratified_split
 from image_classification.predict import (
     load_trained,
@@ -15,11 +16,12 @@ from image_classification.train import main as train
 
 def test_predictions_from_image_files_reproduce_the_evaluation(tmp_path, capsys):
     summary = train(["--output_dir", str(tmp_path), "--fast_dev_run"])
+    model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
     digits = load_digits()
     _, val_idx = stratified_split(digits.target, val_fraction=0.2)
     images = [Image.fromarray(np.uint8(digits.images[i] * 255 / 16)) for i in val_idx]
 
-    model, preprocess = load_trained(tmp_path / "model")
+    model, preprocess = load_trained(model_dir)
     labels = predict(model, preprocess, images)
     accuracy = np.mean(
         [int(label) == digits.target[i] for label, i in zip(labels, val_idx, strict=True)]
@@ -28,5 +30,5 @@ def test_predictions_from_image_files_reproduce_the_evaluation(tmp_path, capsys)
 
     path = tmp_path / "digit.png"
     images[0].save(path)
-    main([str(tmp_path / "model"), str(path)])
+    main([str(model_dir), str(path)])
     assert capsys.readouterr().out.strip() == f"{path}\t{labels[0]}"

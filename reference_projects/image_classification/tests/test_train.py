@@ -1,6 +1,7 @@
 """Training end to end: outputs, reproducibility, fitting, resuming."""
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ from safetensors.torch import load_file
 
 from image_classification import task
 from image_classification import train as train_module
+from image_classification.config import FAST_DEV_RUN_DIR
 from image_classification.train import (
     main,
     release_cached_memory,
@@ -23,20 +25,68 @@ def read_losses(output_dir: Path) -> list[float]:
 
 def test_fast_dev_run_trains_evaluates_and_saves(tmp_path):
     summary = main(["--output_dir", str(tmp_path), "--fast_dev_run"])
+    run = tmp_path / FAST_DEV_RUN_DIR
     assert summary["steps"] == 4
     for name in ("config.yaml", "run.json", "metrics.jsonl", "summary.json"):
-        assert (tmp_path / name).is_file(), name
-    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "step-000004.pt"
-    assert {p.name for p in (tmp_path / "model").iterdir()} >= {
+        assert (run / name).is_file(), name
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step-000004.pt"
+    assert {p.name for p in (run / "model").iterdir()} >= {
         "model.safetensors",
         "preprocess.json",
         "config.yaml",
     }
-    written = json.loads((tmp_path / "summary.json").read_text())
+    written = json.loads((run / "summary.json").read_text())
     assert written["metric"] == task.METRIC and written["value"] == summary["value"]
     assert {"seed", "git_commit", "libraries", "data_fingerprint"} <= json.loads(
-        (tmp_path / "run.json").read_text()
+        (run / "run.json").read_text()
     ).keys()
+
+
+def test_a_fast_dev_run_in_a_finished_run_trains_afresh_and_leaves_the_run(short_run, tmp_path):
+    """Run in a finished run's folder, it would otherwise resume past its last step, train
+    nothing, pass, and overwrite the run's config.yaml, run.json and model/."""
+    run = tmp_path / "run"
+
+    def files() -> dict[Path, bytes]:
+        return {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+
+    main(short_run("--max_steps", "5"))
+    before = files()
+    for _ in range(2):  # a second fast dev run starts afresh too, whatever the first left
+        summary = main([*short_run("--max_steps", "5"), "--fast_dev_run"])
+        assert summary["steps"] == 4
+        logged = read_losses(run / FAST_DEV_RUN_DIR)
+        assert len(logged) == 4, "every step of the fast dev run trains and logs"
+    after = files()
+    assert {p: after[p] for p in before} == before
+    assert all(p.is_relative_to(run / FAST_DEV_RUN_DIR) for p in after.keys() - before.keys())
+
+
+def slowed(work, seconds: float):
+    def slow(*args, **kwargs):
+        time.sleep(seconds)
+        return work(*args, **kwargs)
+
+    return slow
+
+
+def test_throughput_leaves_out_evaluation_and_checkpoints(short_run, tmp_path, monkeypatch):
+    """They get seconds of their own (eval_s, checkpoint_s); samples_per_s and data_wait,
+    of each log record and of the summary, count training steps only."""
+    pause_s = 0.3
+    for name in ("evaluate", "save_checkpoint"):
+        monkeypatch.setattr(train_module, name, slowed(getattr(train_module, name), pause_s))
+    summary = main(short_run("--eval_every", "1", "--checkpoint_every", "1"))
+    steps = summary["steps"]
+    assert min(summary["eval_s"], summary["checkpoint_s"]) >= steps * pause_s
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    train = [record for record in map(json.loads, lines) if "split" not in record]
+    val = [record for record in map(json.loads, lines) if "split" in record]
+    assert len(train) == len(val) == steps and all(r["eval_s"] >= pause_s for r in val)
+    # Each window after the first spans an evaluation and a checkpoint (2 pauses).
+    assert all(r["samples"] / r["samples_per_s"] < pause_s for r in train[1:])
+    timed_samples = sum(record["samples"] for record in train[1:])
+    assert timed_samples / summary["samples_per_s"] < pause_s
 
 
 def test_same_seed_same_losses_other_seed_other_losses(short_run, tmp_path):

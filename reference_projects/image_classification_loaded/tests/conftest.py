@@ -67,9 +67,11 @@ def short_run_in():
 
 @pytest.fixture(scope="session")
 def exported(tmp_path_factory):
-    """A fast dev run, which ends with a verified export; in outputs/run, as the README says."""
+    """A fast dev run's 4 steps, ending with the verified export, in outputs/run, where the
+    README's examples read it (a fast dev run itself writes into outputs/run/fast-dev-run)."""
     run_dir = tmp_path_factory.mktemp("project") / "outputs" / "run"
-    args = ["--output_dir", str(run_dir), "--fast_dev_run"]
+    args = ["--output_dir", str(run_dir), "--max_steps", "4", "--eval_every", "2"]
+    args += ["--checkpoint_every", "2", "--log_every", "1"]
     args += ["--compile", "false"]  # test_train's fast dev run covers the compiled model
     train(args)
     return run_dir

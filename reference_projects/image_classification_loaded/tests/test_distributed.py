@@ -13,8 +13,10 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -43,7 +45,7 @@ RTOL = WEIGHTS_RTOL = 2e-2
 # It also flips the predictions of samples near a decision boundary: compare losses and
 # gradient norms, not counts such as accuracy.
 COMPARED = {"loss", "grad_norm", "lr", "samples"}
-TIMINGS = {"samples_per_s", "data_wait"}
+TIMINGS = {"samples_per_s", "tokens_per_s", "data_wait", "eval_s"}
 
 
 def run_args(output_dir: Path, *extra: str) -> list[str]:
@@ -268,3 +270,38 @@ def test_processes_that_did_not_form_a_group_are_refused(short_run, monkeypatch)
     monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it; without --cpu no group forms
     with pytest.raises(SystemExit, match="--cpu true"):
         main(short_run())
+
+
+def test_a_bad_output_dir_stops_every_process_started_without_torchrun(short_run, tmp_path):
+    """srun starts each process itself (and is told not to kill the others when one fails,
+    so that a preempted job can requeue), as does a plain env:// launch: rank 0's refusal
+    of output_dir must stop rank 1 too, within seconds, not after dist_timeout_s."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    args = short_run("--cpu", "true", "--dist_timeout_s", "300", output_dir=blocker / "run")
+    world = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
+    world |= {"MASTER_PORT": str(port), "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    started = time.monotonic()
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-m", "image_classification_loaded.train", *args],
+            env={**os.environ, **world, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        errors = [rank.communicate(timeout=120)[1] for rank in ranks]
+    finally:
+        for rank in ranks:
+            rank.kill()
+    assert time.monotonic() - started < 120
+    assert [rank.returncode for rank in ranks] == [1, 1]
+    assert errors[0].strip().splitlines()[-1].startswith("error: --output_dir: cannot write")
+    assert "Traceback" not in errors[0] + errors[1]
+    assert "error" not in errors[1]

@@ -14,6 +14,7 @@ from image_classification_loaded.artifact import (
     load_artifact,
 )
 from image_classification_loaded.checkpoint import load_checkpoint
+from image_classification_loaded.config import FAST_DEV_RUN_DIR
 from image_classification_loaded.data import stratified_split
 from image_classification_loaded.export import (
     ATOL,
@@ -34,11 +35,12 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 def test_predictions_from_image_files_reproduce_the_evaluation(tmp_path, capsys):
     summary = train(["--output_dir", str(tmp_path), "--fast_dev_run"])
+    model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
     digits = load_digits()
     _, val_idx = stratified_split(digits.target, val_fraction=0.2)
     images = [Image.fromarray(np.uint8(digits.images[i] * 255 / 16)) for i in val_idx]
 
-    model, preprocess = load_trained(tmp_path / "model")
+    model, preprocess = load_trained(model_dir)
     labels = predict(model, preprocess, images)
     accuracy = np.mean(
         [int(label) == digits.target[i] for label, i in zip(labels, val_idx, strict=True)]
@@ -50,7 +52,7 @@ def test_predictions_from_image_files_reproduce_the_evaluation(tmp_path, capsys)
 
     path = tmp_path / "digit.png"
     images[0].save(path)
-    main([str(tmp_path / "model"), str(path)])
+    main([str(model_dir), str(path)])
     assert capsys.readouterr().out.strip() == f"{path}\t{labels[0]}"
 
 

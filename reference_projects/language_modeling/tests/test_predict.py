@@ -2,6 +2,7 @@
 
 import pytest
 
+from language_modeling.config import FAST_DEV_RUN_DIR
 from language_modeling.data import (
     embedded_text,
     split,
@@ -16,7 +17,8 @@ from language_modeling.train import main as train
 
 def test_scoring_the_validation_text_reproduces_the_evaluation(tmp_path, capsys):
     summary = train(["--output_dir", str(tmp_path), "--fast_dev_run"])
-    model, preprocess = load_trained(tmp_path / "model")
+    model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
+    model, preprocess = load_trained(model_dir)
     _, val_ids = split(preprocess.encode(embedded_text()), val_fraction=0.1)
     val_text = preprocess.decode(val_ids)
     (score,) = predict(model, preprocess, [val_text])
@@ -24,15 +26,16 @@ def test_scoring_the_validation_text_reproduces_the_evaluation(tmp_path, capsys)
 
     path = tmp_path / "val.txt"
     path.write_text(val_text, encoding="utf-8")
-    main([str(tmp_path / "model"), str(path)])
+    main([str(model_dir), str(path)])
     assert capsys.readouterr().out.strip() == f"{path}\t{score:.4f} bits/char"
 
 
 def test_text_too_short_to_score_is_a_one_line_error(tmp_path):
     train(["--output_dir", str(tmp_path), "--fast_dev_run", "--corpus_bytes", "20000"])
+    model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
     path = tmp_path / "one.txt"
     path.write_text("x")
     with pytest.raises(SystemExit) as exit_info:
-        main([str(tmp_path / "model"), str(path)])
+        main([str(model_dir), str(path)])
     message = str(exit_info.value.code)
     assert str(path) in message and "at least 2" in message and "\n" not in message

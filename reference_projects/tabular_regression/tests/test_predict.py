@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_diabetes
 
+from tabular_regression.config import FAST_DEV_RUN_DIR
 from tabular_regression.data import split
 from tabular_regression.predict import (
     load_trained,
@@ -31,24 +32,26 @@ def validation_rows(path, columns=None):
 
 def test_predictions_from_a_csv_file_reproduce_the_evaluation(tmp_path, capsys):
     summary = train(["--output_dir", str(tmp_path), "--fast_dev_run"])
+    model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
     targets = validation_rows(tmp_path / "rows.csv")
 
-    model, preprocess = load_trained(tmp_path / "model")
+    model, preprocess = load_trained(model_dir)
     predictions = predict(model, preprocess, read_features(tmp_path / "rows.csv", preprocess))
     r2 = 1 - ((predictions - targets) ** 2).sum() / ((targets - targets.mean()) ** 2).sum()
     assert r2 == pytest.approx(summary["value"], abs=1e-6)
 
-    main([str(tmp_path / "model"), str(tmp_path / "rows.csv")])
+    main([str(model_dir), str(tmp_path / "rows.csv")])
     assert capsys.readouterr().out.split() == [f"{value:.6g}" for value in predictions]
 
 
 def test_the_target_column_is_optional_and_columns_may_come_in_any_order(tmp_path, capsys):
     train(["--output_dir", str(tmp_path), "--fast_dev_run"])
+    model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
     validation_rows(tmp_path / "all.csv")
     validation_rows(tmp_path / "shuffled.csv", FEATURES[::-1])  # and no target column
-    main([str(tmp_path / "model"), str(tmp_path / "all.csv")])
+    main([str(model_dir), str(tmp_path / "all.csv")])
     expected = capsys.readouterr().out
-    main([str(tmp_path / "model"), str(tmp_path / "shuffled.csv")])
+    main([str(model_dir), str(tmp_path / "shuffled.csv")])
     assert capsys.readouterr().out == expected
 
 
@@ -62,10 +65,11 @@ def test_the_target_column_is_optional_and_columns_may_come_in_any_order(tmp_pat
 )
 def test_a_file_that_does_not_fit_the_model_is_a_one_line_error(tmp_path, columns, problem):
     train(["--output_dir", str(tmp_path), "--fast_dev_run"])
+    model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
     path = tmp_path / "rows.csv"
     values = np.ones((3, len(columns)))
     np.savetxt(path, values, fmt="%g", delimiter=",", header=",".join(columns), comments="")
     with pytest.raises(SystemExit) as exit_info:
-        main([str(tmp_path / "model"), str(path)])
+        main([str(model_dir), str(path)])
     message = str(exit_info.value.code)
     assert f"'{path}'" in message and problem in message and "\n" not in message

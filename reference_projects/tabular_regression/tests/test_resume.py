@@ -27,7 +27,7 @@ PRELOAD = [
     "torch._dynamo",
 ]
 # Timings differ between runs; everything else a run logs must be identical.
-TIMINGS = {"samples_per_s", "data_wait"}
+TIMINGS = {"samples_per_s", "tokens_per_s", "data_wait", "eval_s"}
 
 
 def run_args(output_dir: Path, *extra: str) -> list[str]:
@@ -67,7 +67,7 @@ def trainers():
 
 
 def quiet_train(args: list[str]) -> None:
-    """`python -m tabular_regression.train ARGS` in a forked child, its output discarded."""
+    """A training run, as `python -m` starts it, in a forked child; its output discarded."""
     # Loader workers fork from this process, as from `python -m`: forked by the server, they
     # would not see a killed run end, and would outlive it.
     multiprocessing.set_start_method("fork", force=True)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tabular_regression import task
+from tabular_regression.config import FAST_DEV_RUN_DIR
 from tabular_regression.data import Preprocess
 from tabular_regression.reference import linear_regression_r2
 from tabular_regression.reference import main as reference
@@ -73,9 +74,10 @@ def test_default_model_beats_linear_regression_on_the_same_split(tmp_path, cfg):
 
 def test_reference_scores_the_baseline_linear_regression_and_a_model(tmp_path, cfg, capsys):
     summary = main(["--output_dir", str(tmp_path), "--fast_dev_run"])
-    results = reference([str(tmp_path / "model")])
+    model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
+    results = reference([str(model_dir)])
     assert results["mean predictor"]["r2"] == pytest.approx(summary["baseline_value"])
-    assert results[f"model {tmp_path / 'model'}"]["r2"] == pytest.approx(summary["value"])
+    assert results[f"model {model_dir}"]["r2"] == pytest.approx(summary["value"])
     assert results["linear regression"]["r2"] == pytest.approx(linear_regression_r2(cfg))
     assert 55 < results["linear regression"]["rmse"] < 65  # in the target's units (std 77)
     assert "linear regression" in capsys.readouterr().out

@@ -45,7 +45,14 @@ from .optim import build_optimizer, learning_rate
 from .resume import check_resume, resumed_progress
 from .utils.curves import plot_curves
 from .utils.modules import UnregisteredModuleError, assert_modules_registered
-from .utils.monitor import LogWindow, Preempted, Preemption, TrainingDiverged
+from .utils.monitor import (
+    LogWindow,
+    Preempted,
+    Preemption,
+    Throughput,
+    TrainingClock,
+    TrainingDiverged,
+)
 from .utils.profiling import build_profiler
 from .utils.records import (
     MetricsLog,
@@ -124,12 +131,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 progress.total_steps,
             )
     progress.total_steps = total_steps
-    _prepare_output_dir(output_dir)
-    save_config(cfg, output_dir / "config.yaml")
-    write_json(
-        output_dir / "run.json",
-        run_info(cfg, datasets.fingerprint, accelerator.num_processes, device),
-    )
+    _start_run_folder(cfg, datasets.fingerprint, accelerator)
 
     # --- model
     model = build_model(cfg, datasets.preprocess)
@@ -173,14 +175,16 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     # --- the loop
     model.train()
+    clock = TrainingClock(device)  # stops during evaluation and checkpoints
+    throughput = Throughput(clock)
+    paused_s = {"eval": 0.0, "checkpoint": 0.0}  # the seconds the clock stood for each
     metrics_log = MetricsLog(output_dir / "metrics.jsonl", resume_step=progress.step)
     progress_bar = tqdm(total=total_steps, initial=progress.step, unit="step", dynamic_ncols=True)
     window_start = progress.step - len(progress.window_losses)
-    window = LogWindow(cfg.log_every, device, window_start, progress.window_losses)
+    window = LogWindow(cfg.log_every, device, window_start, progress.window_losses, clock)
     micro_batches = None
     saved_step = progress.step  # the newest checkpoint's step: a resumed run starts from it
     eval_metrics: dict[str, float] = {}
-    timed_start, timed_end, timed_samples = None, None, 0  # steps after the first
     train_start = time.perf_counter()
     with build_profiler(cfg.profile, output_dir / "profile") as profiler, Preemption() as stop:
         while progress.step < total_steps and not stop.requested:
@@ -213,8 +217,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             end_of_epoch = progress.batch == batches_per_epoch
             if end_of_epoch:
                 progress.epoch, progress.batch, micro_batches = progress.epoch + 1, 0, None
-            if timed_start is None:  # the first step (compilation, warm-up) is not timed
-                timed_start, timed_samples = time.perf_counter(), -window.samples
+            if throughput.start is None:  # the first step (compilation, warm-up) is not timed
+                throughput.first_step_done(window.counted_samples())
             last_step = progress.step == total_steps
 
             if progress.step % cfg.log_every == 0 or last_step:
@@ -222,21 +226,26 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 metrics_log.write(record)
                 progress_bar.update(progress.step - progress_bar.n)
                 progress_bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}")
-                timed_samples, timed_end = timed_samples + record["samples"], time.perf_counter()
-                window = LogWindow(cfg.log_every, device, progress.step, [])
+                throughput.logged(record["samples"])
+                window = LogWindow(cfg.log_every, device, progress.step, [], clock)
 
             is_best = False
             if _due(cfg.eval_every, progress.step, end_of_epoch) or last_step:
-                eval_metrics = evaluate(raw_model, val_loader, device, datasets.preprocess)
+                with clock.paused() as evaluation:
+                    eval_metrics = evaluate(raw_model, val_loader, device, datasets.preprocess)
+                paused_s["eval"] += evaluation.seconds
                 metric = eval_metrics[task.METRIC]
                 record = {"step": progress.step, "epoch": progress.epoch, "split": "val"}
+                record["eval_s"] = evaluation.seconds
                 metrics_log.write(record | eval_metrics)
                 log.info("step %d | val %s %.4f", progress.step, task.METRIC, metric)
                 is_best = _improves(metric, progress.best_metric)
                 if is_best:
                     progress.best_metric, progress.best_step = metric, progress.step
             if _due(cfg.checkpoint_every, progress.step, end_of_epoch) or is_best or last_step:
-                save(is_best)
+                with clock.paused() as saving:
+                    save(is_best)
+                paused_s["checkpoint"] += saving.seconds
                 saved_step = progress.step
         if stop.requested:
             if saved_step < progress.step:  # unless just saved: the grace period is short
@@ -253,7 +262,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     save_weights(raw_model, model_dir)
     datasets.preprocess.save(model_dir / "preprocess.json")
     save_config(cfg, model_dir / "config.yaml")
-    timed_s = timed_end - timed_start if timed_end else 0.0
+    samples_per_s = throughput.per_second()  # training steps only, after the first
     summary = {
         "task": task.TASK,
         "metric": task.METRIC,
@@ -264,8 +273,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         "best_step": progress.best_step,
         "steps": progress.step,
         "epochs": progress.epoch + progress.batch / batches_per_epoch,
-        "samples_per_s": timed_samples / timed_s if timed_s > 0 and timed_samples > 0 else None,
+        "samples_per_s": samples_per_s,
         "wall_s": wall_s,
+        "eval_s": paused_s["eval"],
+        "checkpoint_s": paused_s["checkpoint"],
         "peak_mem_mb": peak_memory_mb(device),
     }
     write_json(output_dir / "summary.json", summary)
@@ -317,11 +328,16 @@ def _improves(value: float, best: float | None) -> bool:
     return value > best if task.HIGHER_IS_BETTER else value < best
 
 
-def _prepare_output_dir(output_dir: Path) -> None:
-    """Fail before training, not at the first checkpoint, when output_dir is not writable."""
+def _start_run_folder(cfg: TrainConfig, fingerprint: str, accelerator: Accelerator) -> None:
+    """config.yaml and run.json; an output_dir that is not writable fails here, before
+    training, not at the first checkpoint."""
+    output_dir = Path(cfg.output_dir)
     reason = unwritable_reason(output_dir)
     if reason:
         raise ConfigError(f"--output_dir: cannot write to '{output_dir}' ({reason})")
+    save_config(cfg, output_dir / "config.yaml")
+    info = run_info(cfg, fingerprint, accelerator.num_processes, accelerator.device)
+    write_json(output_dir / "run.json", info)
 
 
 def _configure_logging() -> None:

@@ -64,7 +64,7 @@ class TrainConfig:
     export_at_end: bool = True  # export the final model to output_dir/export and verify it
     opset: int = 18  # ONNX operator set, >= 18: the oldest torch.onnx writes without converting
     # --- debugging
-    fast_dev_run: bool = False  # a few steps of train, eval, checkpoint and export: the wiring
+    fast_dev_run: bool = False  # a few steps of everything, afresh in output_dir/fast-dev-run
     overfit_batches: int = 0  # > 0: train on this many batches only, to check the model can fit
     detect_anomaly: bool = False  # autograd anomaly detection (about 10x slower)
     profile: bool = False  # write a profiler trace of a few steps to output_dir/profile
@@ -149,11 +149,25 @@ def load_config(argv: list[str] | None = None) -> TrainConfig:
     return cfg
 
 
+FAST_DEV_RUN_DIR = "fast-dev-run"
+
+
 def apply_fast_dev_run(cfg: TrainConfig) -> TrainConfig:
-    """A few steps of everything: train, evaluate, checkpoint, export and verify the export."""
-    cfg = dataclasses.replace(cfg, export_at_end=True)
+    """A few steps of everything: train, evaluate, checkpoint, export and verify the export.
+
+    It starts afresh in its own folder under output_dir, every step trained each time, and
+    never touches the run in output_dir itself (its config, checkpoints, model).
+    """
     return dataclasses.replace(
-        cfg, epochs=1, max_steps=4, eval_every=2, log_every=1, checkpoint_every=2
+        cfg,
+        output_dir=str(Path(cfg.output_dir) / FAST_DEV_RUN_DIR),
+        resume="none",
+        epochs=1,
+        max_steps=4,
+        eval_every=2,
+        log_every=1,
+        checkpoint_every=2,
+        export_at_end=True,
     )
 
 

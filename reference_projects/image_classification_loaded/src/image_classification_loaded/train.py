@@ -53,11 +53,12 @@ from .utils.distributed import (
     SharedPreemption,
     broadcast_buffers,
     check_launch,
+    on_main_process,
     sum_over_processes,
     sync_batchnorm,
 )
 from .utils.modules import UnregisteredModuleError, assert_modules_registered
-from .utils.monitor import Preempted, Preemption, TrainingDiverged
+from .utils.monitor import Preempted, Preemption, Throughput, TrainingClock, TrainingDiverged
 from .utils.profiling import build_profiler
 from .utils.records import (
     MetricsLog,
@@ -149,13 +150,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 progress.total_steps,
             )
     progress.total_steps = total_steps
-    if main_process:
-        _prepare_output_dir(output_dir)
-        save_config(cfg, output_dir / "config.yaml")
-        write_json(
-            output_dir / "run.json",
-            run_info(cfg, datasets.fingerprint, accelerator.num_processes, device),
-        )
+    on_main_process(accelerator, lambda: _start_run_folder(cfg, datasets.fingerprint, accelerator))
 
     # --- model
     model = build_model(cfg, datasets.preprocess)
@@ -210,6 +205,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     # --- the loop
     run_tracker = start_tracker(accelerator, cfg, progress.step)  # one that can't start stops here
     model.train()
+    clock = TrainingClock(device)  # stops during evaluation and checkpoints
+    throughput = Throughput(clock)
+    paused_s = {"eval": 0.0, "checkpoint": 0.0}  # the seconds the clock stood for each
     if main_process:
         metrics_log = MetricsLog(output_dir / "metrics.jsonl", resume_step=progress.step)
     else:
@@ -223,12 +221,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     )
     window_start = progress.step - len(progress.window_losses)
     window = GlobalLogWindow(
-        accelerator, cfg.log_every, device, window_start, progress.window_losses
+        accelerator, cfg.log_every, device, window_start, progress.window_losses, clock
     )
     micro_batches = None
     saved_step = progress.step  # the newest checkpoint's step: a resumed run starts from it
     eval_metrics: dict[str, float] = {}
-    timed_start, timed_end, timed_samples = None, None, 0  # steps after the first
     train_start = time.perf_counter()
     with (
         build_profiler(cfg.profile, output_dir / "profile") as profiler,
@@ -268,8 +265,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             end_of_epoch = progress.batch == batches_per_epoch
             if end_of_epoch:
                 progress.epoch, progress.batch, micro_batches = progress.epoch + 1, 0, None
-            if timed_start is None:  # the first step (compilation, warm-up) is not timed
-                timed_start, timed_samples = time.perf_counter(), -window.samples
+            if throughput.start is None:  # the first step (compilation, warm-up) is not timed
+                throughput.first_step_done(window.counted_samples())
             last_step = progress.step == total_steps
 
             if progress.step % cfg.log_every == 0 or last_step:
@@ -279,14 +276,19 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 accelerator.log(tracked("train", record), step=progress.step)
                 progress_bar.update(progress.step - progress_bar.n)
                 progress_bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}")
-                timed_samples, timed_end = timed_samples + record["samples"], time.perf_counter()
-                window = GlobalLogWindow(accelerator, cfg.log_every, device, progress.step, [])
+                throughput.logged(record["samples"])
+                window = GlobalLogWindow(
+                    accelerator, cfg.log_every, device, progress.step, [], clock
+                )
 
             is_best = False
             if _due(cfg.eval_every, progress.step, end_of_epoch) or last_step:
-                eval_metrics = evaluate(raw_model, val_loader, accelerator, datasets.preprocess)
+                with clock.paused() as evaluation:
+                    eval_metrics = evaluate(raw_model, val_loader, accelerator, datasets.preprocess)
+                paused_s["eval"] += evaluation.seconds
                 metric = eval_metrics[task.METRIC]
                 record = {"step": progress.step, "epoch": progress.epoch, "split": "val"}
+                record["eval_s"] = evaluation.seconds
                 metrics_log.write(record | eval_metrics)
                 accelerator.log(tracked("val", eval_metrics), step=progress.step)
                 log.info("step %d | val %s %.4f", progress.step, task.METRIC, metric)
@@ -294,7 +296,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 if is_best:
                     progress.best_metric, progress.best_step = metric, progress.step
             if _due(cfg.checkpoint_every, progress.step, end_of_epoch) or is_best or last_step:
-                save(is_best)
+                with clock.paused() as saving:
+                    save(is_best)
+                paused_s["checkpoint"] += saving.seconds
                 saved_step = progress.step
         if stop.requested:
             if saved_step < progress.step:  # unless just saved: the grace period is short
@@ -312,7 +316,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         save_weights(raw_model, model_dir)
         datasets.preprocess.save(model_dir / "preprocess.json")
         save_config(cfg, model_dir / "config.yaml")
-    timed_s = timed_end - timed_start if timed_end else 0.0
+    samples_per_s = throughput.per_second()  # training steps only, after the first
     summary = {
         "task": task.TASK,
         "metric": task.METRIC,
@@ -323,8 +327,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         "best_step": progress.best_step,
         "steps": progress.step,
         "epochs": progress.epoch + progress.batch / batches_per_epoch,
-        "samples_per_s": timed_samples / timed_s if timed_s > 0 and timed_samples > 0 else None,
+        "samples_per_s": samples_per_s,
         "wall_s": wall_s,
+        "eval_s": paused_s["eval"],
+        "checkpoint_s": paused_s["checkpoint"],
         "peak_mem_mb": peak_memory_mb(device),
     }
     if main_process:
@@ -390,11 +396,16 @@ def _improves(value: float, best: float | None) -> bool:
     return value > best if task.HIGHER_IS_BETTER else value < best
 
 
-def _prepare_output_dir(output_dir: Path) -> None:
-    """Fail before training, not at the first checkpoint, when output_dir is not writable."""
+def _start_run_folder(cfg: TrainConfig, fingerprint: str, accelerator: Accelerator) -> None:
+    """config.yaml and run.json; an output_dir that is not writable fails here, before
+    training, not at the first checkpoint."""
+    output_dir = Path(cfg.output_dir)
     reason = unwritable_reason(output_dir)
     if reason:
         raise ConfigError(f"--output_dir: cannot write to '{output_dir}' ({reason})")
+    save_config(cfg, output_dir / "config.yaml")
+    info = run_info(cfg, fingerprint, accelerator.num_processes, accelerator.device)
+    write_json(output_dir / "run.json", info)
 
 
 def _configure_logging(main_process: bool) -> None:

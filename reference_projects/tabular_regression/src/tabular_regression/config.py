@@ -59,7 +59,7 @@ class TrainConfig:
     checkpoint_every: int = 0  # 0: at the end of every epoch
     keep_checkpoints: int = 2  # newest checkpoints kept, besides the best one
     # --- debugging
-    fast_dev_run: bool = False  # a few steps of train, eval and checkpoint to test the wiring
+    fast_dev_run: bool = False  # a few steps of everything, afresh in output_dir/fast-dev-run
     overfit_batches: int = 0  # > 0: train on this many batches only, to check the model can fit
     detect_anomaly: bool = False  # autograd anomaly detection (about 10x slower)
     profile: bool = False  # write a profiler trace of a few steps to output_dir/profile
@@ -139,10 +139,24 @@ def load_config(argv: list[str] | None = None) -> TrainConfig:
     return cfg
 
 
+FAST_DEV_RUN_DIR = "fast-dev-run"
+
+
 def apply_fast_dev_run(cfg: TrainConfig) -> TrainConfig:
-    """A few steps of everything: train, evaluate, checkpoint. Proves the wiring in seconds."""
+    """A few steps of everything: train, evaluate, checkpoint. Proves the wiring in seconds.
+
+    It starts afresh in its own folder under output_dir, every step trained each time, and
+    never touches the run in output_dir itself (its config, checkpoints, model).
+    """
     return dataclasses.replace(
-        cfg, epochs=1, max_steps=4, eval_every=2, log_every=1, checkpoint_every=2
+        cfg,
+        output_dir=str(Path(cfg.output_dir) / FAST_DEV_RUN_DIR),
+        resume="none",
+        epochs=1,
+        max_steps=4,
+        eval_every=2,
+        log_every=1,
+        checkpoint_every=2,
     )
 
 

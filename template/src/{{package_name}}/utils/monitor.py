@@ -1,8 +1,12 @@
-"""What the loop watches without slowing down: log windows, divergence, preemption signals."""
+"""What the loop watches without slowing down: training time, log windows, throughput,
+divergence, preemption signals."""
 
+import contextlib
 import math
 import signal
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -12,6 +16,58 @@ class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the checkpoints written before it are kept."""
 
 
+@dataclass
+class Pause:
+    seconds: float = 0.0
+
+
+class TrainingClock:
+    """Seconds of training: a clock that stops while the loop evaluates or checkpoints, so
+    that throughput and data wait describe training steps alone."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.paused_s = 0.0
+
+    def now(self) -> float:
+        return time.perf_counter() - self.paused_s
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[Pause]:
+        """Time spent inside is not training; its seconds are the Pause's once it ends."""
+        if self.device.type == "cuda":  # the steps queued before it are training time
+            torch.cuda.synchronize(self.device)  # (evaluation and saving wait for them anyway)
+        pause, start = Pause(), time.perf_counter()
+        try:
+            yield pause
+        finally:
+            pause.seconds = time.perf_counter() - start
+            self.paused_s += pause.seconds
+
+
+class Throughput:
+    """Samples per second of training, from the end of the run's first step (which compiles
+    and warms up) to the last log step, on the training clock."""
+
+    def __init__(self, clock: TrainingClock):
+        self.clock = clock
+        self.start: float | None = None
+        self.end = 0.0
+        self.samples = 0
+
+    def first_step_done(self, samples_in_it: int) -> None:
+        self.start = self.clock.now()
+        self.samples = -samples_in_it  # the first log record counts them; they are not timed
+
+    def logged(self, samples: int) -> None:
+        self.samples += samples
+        self.end = self.clock.now()
+
+    def per_second(self) -> float | None:
+        seconds = self.end - self.start if self.start is not None else 0.0
+        return self.samples / seconds if seconds > 0 and self.samples > 0 else None
+
+
 class LogWindow:
     """The steps between two log steps: their losses stay on the device until close().
 
@@ -19,13 +75,21 @@ class LogWindow:
     log interval instead of once per step keeps the GPU busy.
     """
 
-    def __init__(self, size: int, device: torch.device, first_step: int, losses: list[float]):
+    def __init__(
+        self,
+        size: int,
+        device: torch.device,
+        first_step: int,
+        losses: list[float],
+        clock: TrainingClock,
+    ):
         self.losses = torch.zeros(size, device=device)
         self.losses[: len(losses)] = torch.tensor(losses)
         self.first_step = first_step  # the window holds steps first_step + 1, first_step + 2, ...
         self.steps = len(losses)
         self.samples, self.data_s = 0, 0.0
-        self.started = time.perf_counter()
+        self.clock = clock
+        self.started = clock.now()
 
     def add_loss(self, loss: torch.Tensor) -> None:
         self.losses[self.steps].add_(loss)
@@ -41,17 +105,21 @@ class LogWindow:
 
     def close(self, epoch: int, grad_norm: torch.Tensor, lr: float) -> dict[str, Any]:
         losses = self.pending_losses()
-        elapsed = time.perf_counter() - self.started
+        elapsed = self.clock.now() - self.started  # training only
         return {
             "step": self.first_step + self.steps,
             "epoch": epoch,
             "loss": sum(losses) / len(losses),
             "lr": lr,
             "grad_norm": grad_norm.item(),  # before clipping, so thresholds can be chosen from it
-            "samples": self.samples,
-            "samples_per_s": self.samples / elapsed,
+            "samples": self.counted_samples(),
+            "samples_per_s": self.counted_samples() / elapsed,
             "data_wait": self.data_s / elapsed,  # share of the time spent waiting for batches
         }
+
+    def counted_samples(self) -> int:
+        """The samples of the window's steps so far, as its record counts them."""
+        return self.samples
 
     def _check_finite(self, losses: list[float]) -> None:
         for offset, loss in enumerate(losses, start=1):

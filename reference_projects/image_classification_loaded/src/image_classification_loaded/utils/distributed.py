@@ -1,5 +1,6 @@
-"""What several processes share: the launch check, SyncBatchNorm, global losses and metrics,
-and agreeing to stop (checkpoint.py gathers every process's random states).
+"""What several processes share: the launch check, the main process's verdict on its set-up,
+SyncBatchNorm, global losses and metrics, and agreeing to stop (checkpoint.py gathers every
+process's random states).
 
 Accelerate initialises the process group from the launcher's environment (torchrun,
 `accelerate launch` or srun) when train.py creates the Accelerator. Every function here that
@@ -9,16 +10,19 @@ or the others wait until `dist_timeout_s` runs out and the run fails.
 
 import logging
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import broadcast_object_list
 from torch import nn
 
 from ..config import ConfigError
 from .monitor import LogWindow, Preemption
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def check_launch(accelerator: Accelerator) -> None:
@@ -31,6 +35,32 @@ def check_launch(accelerator: Accelerator) -> None:
             f"{launched} processes were launched but each would train alone; on a machine "
             "without GPUs add --cpu true, so that they train together over gloo"
         )
+
+
+def on_main_process(accelerator: Accelerator, work: Callable[[], T]) -> T | None:
+    """Run `work` (writing the run folder, starting the tracker) on the main process only,
+    and stop every process within seconds when it raises.
+
+    Without the shared verdict the others would go on to the next collective and wait there
+    for dist_timeout_s, wherever the launcher does not stop them for the failed process (srun
+    --kill-on-bad-exit=0, which lets a preempted job requeue; a plain env:// start). The
+    main process raises its error, which main() reports in one line; the others exit with
+    status 1 and nothing to add.
+    """
+    result, failed = None, False
+    if accelerator.is_main_process:
+        try:
+            result = work()
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            broadcast_object_list([failed], from_process=0)
+    else:
+        verdict = broadcast_object_list([None], from_process=0)
+        if verdict[0]:
+            raise SystemExit(1)
+    return result
 
 
 def sync_batchnorm(model: nn.Module, accelerator: Accelerator) -> nn.Module:
@@ -89,12 +119,9 @@ class GlobalLogWindow(LogWindow):
             self.averaged = self.steps
         return super().pending_losses()
 
-    def close(self, epoch: int, grad_norm: torch.Tensor, lr: float) -> dict[str, Any]:
-        record = super().close(epoch, grad_norm, lr)
+    def counted_samples(self) -> int:
         # Every process trains on equal shares of each global batch (drop_last).
-        record["samples"] *= self.accelerator.num_processes
-        record["samples_per_s"] *= self.accelerator.num_processes
-        return record
+        return self.samples * self.accelerator.num_processes
 
 
 class SharedPreemption(Preemption):

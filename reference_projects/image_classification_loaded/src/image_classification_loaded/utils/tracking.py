@@ -17,6 +17,7 @@ from typing import Any
 from accelerate import Accelerator
 
 from ..config import ConfigError, TrainConfig
+from .distributed import on_main_process
 from .monitor import Preempted
 from .records import unwritable_reason
 
@@ -52,10 +53,13 @@ def start_tracker(accelerator: Accelerator, cfg: TrainConfig, resumed_step: int)
 
     Raises TrackerError, before any training, when the tracker cannot start: an unwritable
     folder, a malformed setting, a missing package.
-    Only the main process tracks; on the others this starts nothing.
+    Only the main process tracks; when it cannot start, every process stops.
     """
-    if not accelerator.is_main_process:
-        return TrackerRun(accelerator)
+    on_main_process(accelerator, lambda: _start_or_explain(accelerator, cfg, resumed_step))
+    return TrackerRun(accelerator)
+
+
+def _start_or_explain(accelerator: Accelerator, cfg: TrainConfig, resumed_step: int) -> None:
     try:
         _start(accelerator, cfg, Path(cfg.output_dir), resumed_step)
     except TrackerError:
@@ -64,7 +68,6 @@ def start_tracker(accelerator: Accelerator, cfg: TrainConfig, resumed_step: int)
         raise TrackerError(f"tensorboard cannot start: {_one_line(error)}") from None
     if not accelerator.trackers:  # Accelerate silently skips a tracker whose package is missing
         raise TrackerError("tensorboard is not installed; `pip install -e .` installs it")
-    return TrackerRun(accelerator)
 
 
 def tracked(split: str, values: dict[str, Any]) -> dict[str, Any]:
