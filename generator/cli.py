@@ -23,7 +23,7 @@ from generator.answers import AnswerError, Answers, load_space
 from generator.check import Options, Result, check_all, processes, visible_gpus
 from generator.cover import TESTED_PAIRS, covering
 from generator.render import render
-from generator.report import write_report
+from generator.report import merge, template_commit, write_report
 from generator.selection import Shard, matching, rest_sample, select, with_user_names
 from generator.server import ServerDied
 
@@ -100,6 +100,14 @@ def get_parser() -> argparse.ArgumentParser:
         "temporary folder, removed at the end)",
     )
     _add_references(commands)
+    report = commands.add_parser("report", help="merge the reports of a check's shards")
+    merge = report.add_subparsers(dest="action", required=True).add_parser(
+        "merge",
+        help="one report.json and report.md from shards' reports; exit 1 if any combination "
+        "failed, 2 if the shards do not belong together (other commits, devices, overlaps)",
+    )
+    merge.add_argument("shards", nargs="+", type=Path, metavar="DIR", help="a shard's --report")
+    merge.add_argument("--report", type=Path, required=True, metavar="DIR", help="where to write")
     return parser
 
 
@@ -200,6 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(args, sys.argv[1:] if argv is None else list(argv))
         if args.command == "references":
             return _references(args)
+        if args.command == "report":
+            return _merge_reports(args, sys.argv[1:] if argv is None else list(argv))
         return _render(args.dest, args.sets)
     except (ValueError, CopierError) as error:  # copier reports a failed validator as ValueError
         message = " ".join(str(error).split())  # copier's messages may span lines
@@ -286,8 +296,17 @@ def _check(args: argparse.Namespace, argv: Sequence[str]) -> int:
             "steps": args.steps,
             "wall_s": round(wall_s, 1),
             "cpu_s": round(cpu_s, 1),
+            "commit": template_commit(),
         }
         print(f"report: {write_report(args.report, results, meta)}")
+    return 1 if failed else 0
+
+
+def _merge_reports(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    results, meta = merge(args.shards, "python -m generator " + shlex.join(argv))
+    failed = sum(not result.ok for result in results)
+    print(f"{len(results) - failed} passed, {failed} failed in {len(args.shards)} shard(s)")
+    print(f"report: {write_report(args.report, results, meta)}")
     return 1 if failed else 0
 
 

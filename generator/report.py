@@ -1,15 +1,36 @@
-"""The report of a check: `report.json` for tools and `report.md` for people."""
+"""The report of a check: `report.json` for tools and `report.md` for people; shards'
+reports merged into one."""
 
 from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from generator import REPO_ROOT
 from generator.answers import Answer
-from generator.check import Result
+from generator.check import Result, Stage
+
+
+class ReportError(ValueError):
+    """Reports that cannot be merged, or a file that is not one; the message is one line."""
+
+
+def template_commit() -> str:
+    """The commit of the template checked (`+dirty` with uncommitted changes), recorded in
+    each report so that shards of different commits are never merged."""
+    git = ["git", "-C", str(REPO_ROOT)]
+    try:
+        commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+        dirty = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    if commit.returncode:
+        return "unknown"
+    return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def reproduce(answers: Mapping[str, Answer], device: str) -> str:
@@ -83,6 +104,57 @@ def write_report(directory: Path, results: Sequence[Result], meta: Mapping[str, 
     markdown = directory / "report.md"
     markdown.write_text(as_markdown(results, meta), encoding="utf-8")
     return markdown
+
+
+def merge(paths: Sequence[Path], command: str) -> tuple[list[Result], dict[str, Any]]:
+    """The results and meta of one report made of the shards' reports (a report.json, or
+    the folder holding one), in the order given.
+
+    Refused in one line: a file that is not a report, shards of different commits or
+    devices, and a combination in two shards (overlapping selections)."""
+    reports = [(path, _read_report(path)) for path in paths]
+    if not reports:
+        raise ReportError("no reports to merge")
+    for key in ("commit", "device"):
+        values = sorted({str(report.get(key)) for _, report in reports})
+        if len(values) > 1:
+            raise ReportError(f"the reports are of different {key}s ({', '.join(values)})")
+    results: list[Result] = []
+    where: dict[str, Path] = {}
+    for path, report in reports:
+        for row in report["results"]:
+            if row["slug"] in where:
+                raise ReportError(f"{row['slug']} is in both {where[row['slug']]} and {path}")
+            where[row["slug"]] = path
+            stages = [Stage(**stage) for stage in row["stages"]]
+            results.append(
+                Result(row["slug"], row["answers"], stages, row["notes"], row["log_tail"])
+            )
+    first = reports[0][1]
+    meta = {
+        "command": command,
+        "commit": first.get("commit"),
+        "device": first["device"],
+        "jobs": first["jobs"],
+        "server": first.get("server"),
+        "steps": first.get("steps"),
+        "wall_s": max(report["wall_s"] for _, report in reports),  # the shards run at once
+        "cpu_s": round(sum(report.get("cpu_s", 0) for _, report in reports), 1),
+        "shards": [report["command"] for _, report in reports],
+    }
+    return results, meta
+
+
+def _read_report(path: Path) -> dict[str, Any]:
+    file = path / "report.json" if path.is_dir() else path
+    try:
+        report = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ReportError(f"{file}: not a readable report ({error})") from None
+    needed = {"command", "device", "jobs", "wall_s", "results"}
+    if not isinstance(report, dict) or needed - report.keys():
+        raise ReportError(f"{file}: not a report of generator check (it needs {sorted(needed)})")
+    return report
 
 
 def _text(value: Answer) -> str:

@@ -15,7 +15,7 @@ from generator import check
 from generator.answers import Answers, load_space
 from generator.check import Options, Result, Stage, check_all, check_combination
 from generator.cli import main
-from generator.report import as_markdown, reproduce, write_report
+from generator.report import as_markdown, reproduce, template_commit, write_report
 from generator.server import Client
 
 SPACE = load_space()
@@ -161,7 +161,9 @@ def test_a_launch_that_fails_fails_the_train_stage_with_its_output(
     plain = ["--no-server", "--project-tests", "none"]  # the server does not use the launcher
     code = main(["check", *all_fixed(DEFAULTS), *plain, "--report", str(report)])
     assert code == 1
-    row = json.loads((report / "report.json").read_text(encoding="utf-8"))["results"][0]
+    written = json.loads((report / "report.json").read_text(encoding="utf-8"))
+    assert written["commit"] == template_commit()  # so that shards of one commit merge
+    row = written["results"][0]
     assert row["failed_stage"] == "train"
     assert "exited 3" in row["log_tail"] and "no rendezvous" in row["log_tail"]
     assert "**FAIL**" in (report / "report.md").read_text(encoding="utf-8")

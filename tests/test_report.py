@@ -1,0 +1,98 @@
+"""`python -m generator report merge`: the shards of a check (the nightly matrix's jobs)
+become one report, and shards that do not belong together are refused in one line."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from generator.check import Result, Stage
+from generator.cli import main
+from generator.report import template_commit, write_report
+
+STAGES = ("render", "lint", "train", "resume")
+
+
+def result(slug: str, failing: str | None = None) -> Result:
+    stages = [Stage(name, "fail" if name == failing else "pass", 1.5) for name in STAGES]
+    answers = {"task_type": slug.split("-")[0], "distributed": "single"}
+    return Result(slug, answers, stages, log_tail="the log" if failing else "")
+
+
+def shard(root: Path, index: int, results: list[Result], **meta) -> Path:
+    meta = {
+        "command": f"python -m generator check --all --shard {index}/2",
+        "device": "cpu",
+        "jobs": 2,
+        "server": True,
+        "steps": 2,
+        "wall_s": 100.0 * index,
+        "cpu_s": 150.0,
+        "commit": "0" * 40,
+    } | meta
+    write_report(root / f"shard-{index}", results, meta)
+    return root / f"shard-{index}"
+
+
+def test_shards_merge_into_one_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first = shard(tmp_path, 1, [result("a-1"), result("b-1")])
+    second = shard(tmp_path, 2, [result("c-1")])
+    out = tmp_path / "merged"
+    shards = [str(first), str(second / "report.json")]  # a folder or its report.json
+    assert main(["report", "merge", *shards, "--report", str(out)]) == 0
+    merged = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert [row["slug"] for row in merged["results"]] == ["a-1", "b-1", "c-1"]
+    assert (merged["passed"], merged["failed"]) == (3, 0)
+    assert merged["wall_s"] == 200.0 and merged["cpu_s"] == 300.0  # at once; CPU adds up
+    assert merged["commit"] == "0" * 40 and len(merged["shards"]) == 2
+    assert merged["command"].startswith("python -m generator report merge")
+    original = json.loads((first / "report.json").read_text(encoding="utf-8"))["results"][0]
+    assert merged["results"][0] == original  # stages, notes, log tail and reproduce kept
+    assert "3 combinations on cpu, 3 passed, 0 failed" in (out / "report.md").read_text("utf-8")
+    assert "3 passed, 0 failed in 2 shard(s)" in capsys.readouterr().out
+
+
+def test_a_failure_in_any_shard_fails_the_merge(tmp_path: Path) -> None:
+    first = shard(tmp_path, 1, [result("a-1")])
+    second = shard(tmp_path, 2, [result("b-1", failing="train")])
+    assert main(["report", "merge", str(first), str(second), "--report", str(tmp_path / "m")]) == 1
+    markdown = (tmp_path / "m" / "report.md").read_text(encoding="utf-8")
+    assert "## `b-1`: train failed" in markdown and "the log" in markdown
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"commit": "1" * 40}, "different commits"),
+        ({"device": "cuda"}, "different devices"),
+        ({}, "a-1 is in both"),
+    ],
+    ids=["commit", "device", "overlap"],
+)
+def test_shards_that_do_not_belong_together_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict, expected: str
+) -> None:
+    first = shard(tmp_path, 1, [result("a-1")])
+    second = shard(tmp_path, 2, [result("a-1" if not change else "b-1")], **change)
+    out = tmp_path / "merged"
+    assert main(["report", "merge", str(first), str(second), "--report", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert expected in error and error.count("\n") == 1
+    assert not out.exists(), "a refused merge writes nothing"
+
+
+@pytest.mark.parametrize("text", ["not json", "[]", '{"results": []}'])
+def test_a_file_that_is_not_a_report_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    (tmp_path / "report.json").write_text(text, encoding="utf-8")
+    assert main(["report", "merge", str(tmp_path), "--report", str(tmp_path / "m")]) == 2
+    error = capsys.readouterr().err
+    assert "not a" in error and "report" in error and error.count("\n") == 1
+
+
+def test_reports_name_the_commit_they_checked() -> None:
+    assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", template_commit())
