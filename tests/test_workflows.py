@@ -7,7 +7,9 @@ import itertools
 import re
 import shlex
 import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -16,9 +18,11 @@ from generator import REPO_ROOT
 from generator.answers import Answers, load_space
 from generator.check import processes
 from generator.cli import get_parser
+from generator.render import render
 from generator.selection import Shard, select
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
+BIN = Path(sys.executable).parent  # check-jsonschema and zizmor: `.[dev]` installs them
 SPACE = load_space()
 CHECK = re.compile(r"-m generator check (.*)")
 MATRIX_VALUE = re.compile(r"\$\{\{\s*matrix\.(\w+)\s*\}\}")
@@ -49,15 +53,15 @@ def check_invocations(job: dict[str, Any]) -> list[list[str]]:
 
 
 def expand(text: str, values: dict[str, str]) -> str:
-    """Substitute `${{ matrix.NAME }}` as GitHub Actions does."""
-    return MATRIX_VALUE.sub(lambda match: values[match[1]], text)
+    """Substitute `${{ matrix.NAME }}` as GitHub Actions does, and `$SHARD`, the jobs'
+    variable for it."""
+    text = MATRIX_VALUE.sub(lambda match: values[match[1]], text)
+    return text.replace("$SHARD", values.get("shard", "$SHARD"))
 
 
-def selected(args: list[str]) -> list[Answers]:
+def selected(args: list[str], device: str = "cuda") -> list[Answers]:
     parsed = get_parser().parse_args(["check", *args])
-    assert parsed.all and parsed.device == "cuda", (
-        f"the GPU matrix runs --all --device cuda: {args}"
-    )
+    assert parsed.all and parsed.device == device, f"a matrix runs --all --device {device}: {args}"
     return select(SPACE, parsed.sets, shard=Shard.parse(parsed.shard))[1]
 
 
@@ -88,6 +92,58 @@ def test_gpu_matrix_checks_every_combination_exactly_once() -> None:
     expected = Counter(SPACE.slug(answers) for answers in SPACE.combinations())
     assert sorted((counts - expected).elements()) == [], "checked more than once"
     assert sorted((expected - counts).elements()) == [], "never checked"
+
+
+def test_the_nightly_cpu_matrix_checks_every_combination_exactly_once() -> None:
+    workflow = load("matrix-cpu.yml")
+    assert "schedule" in workflow["on"] and "workflow_dispatch" in workflow["on"]
+    shards = workflow["jobs"]["shard"]
+    assert shards["env"]["SHARD"] == "${{ matrix.shard }}"
+    counts = Counter(
+        SPACE.slug(answers)
+        for args in check_invocations(shards)
+        for answers in selected(args, device="cpu")
+    )
+    assert counts == Counter(SPACE.slug(answers) for answers in SPACE.combinations())
+
+
+def test_the_nightly_report_merges_every_shard_and_fails_on_any_failure() -> None:
+    jobs = load("matrix-cpu.yml")["jobs"]
+    report = jobs["report"]
+    assert report["needs"] == "shard" and report["if"] == "always()"
+    uploads = [s["with"]["name"] for s in jobs["shard"]["steps"] if "upload" in s.get("uses", "")]
+    downloads = [s["with"]["pattern"] for s in report["steps"] if "download" in s.get("uses", "")]
+    assert [pattern.removesuffix("*") for pattern in downloads] == [
+        name.removesuffix("${{ matrix.shard }}") for name in uploads
+    ]
+    (merge,) = [run for run in runs(report) if "report merge" in run]
+    parsed = get_parser().parse_args(shlex.split(merge.split("-m generator ", 1)[1]))
+    assert parsed.command == "report" and parsed.shards == [Path("build/shards/*")]
+    assert any("needs.shard.result" in step.get("if", "") for step in report["steps"])
+
+
+def workflow_files(tmp_path: Path) -> list[Path]:
+    """The repository's workflows and the ci.yml of a single and a multi render."""
+    files = sorted(WORKFLOWS.glob("*.yml"))
+    for distributed in ("single", "multi"):
+        project = render(SPACE.defaults() | {"distributed": distributed}, tmp_path / distributed)
+        files.append(project / ".github" / "workflows" / "ci.yml")
+    return files
+
+
+def test_workflows_follow_githubs_schema(tmp_path: Path) -> None:
+    command = [BIN / "check-jsonschema", "--builtin-schema", "vendor.github-workflows"]
+    result = subprocess.run(
+        [*command, *workflow_files(tmp_path)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_zizmor_finds_nothing_in_the_workflows(tmp_path: Path) -> None:
+    """Actions pinned to commits, read-only permissions, no persisted credentials."""
+    command = [BIN / "zizmor", "--offline", "--no-progress", *workflow_files(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_gpu_jobs_run_where_their_combinations_can() -> None:
