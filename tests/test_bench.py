@@ -81,3 +81,17 @@ def test_loader_throughput(tmp_path: Path) -> None:
     decode = result["auto_workers"]
     assert set(decode["samples_per_s"]) >= {"0", "1"}
     assert 0 < decode["auto_vs_best"] <= 1.0
+
+
+@pytest.mark.slow
+def test_check_cost(tmp_path: Path) -> None:
+    out = tmp_path / "check.json"
+    one = ["task_type=tabular_regression", "distributed=single", "mixed_precision=no"]
+    one += ["compile=false", "export_target=none", "tracker=none"]
+    run_bench("check_cost.py", "--jobs", "1", *(f"--set={s}" for s in one), "--out", str(out))
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["benchmark"] == "check_cost"
+    for run in (result["server"], result["no_server"]):
+        assert run["combinations"] == run["passed"] == 1
+        assert run["cpu_s_per_combination"] > 0 and set(run["stage_s"]) >= {"train", "resume"}
+    assert result["cpu_ratio"] > 0

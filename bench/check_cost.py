@@ -1,0 +1,89 @@
+"""Cost of checking the matrix: `python bench/check_cost.py [--jobs J] [--set NAME=VALUE ...]`.
+
+Runs `python -m generator check --pairwise --project-tests none` twice on the same fixed,
+mixed selection, through the process server and with `--no-server`, and reports the CPU
+seconds per combination of each (the check's process and every process it started) and
+their ratio. The pairwise set holds every task, compile on and off, single and multi, every
+export target and tracker; `--set` narrows it (the repository's tests run one combination).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from common import environment, write_result
+
+from generator import REPO_ROOT
+
+TARGET_CPU_S = 10  # per combination, with the server
+
+
+def check(label: str, extra: Sequence[str], args: argparse.Namespace, tmp: Path) -> dict:
+    report = tmp / label
+    command = [sys.executable, "-m", "generator", "check", "--pairwise", "--device", "cpu"]
+    command += ["--project-tests", "none", "--jobs", str(args.jobs), "--report", str(report)]
+    command += [arg for name in args.sets for arg in ("--set", name)] + list(extra)
+    # A failing combination exits 1 and is counted in the report; no report is an error.
+    subprocess.run(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+    written = json.loads((report / "report.json").read_text(encoding="utf-8"))
+    count = len(written["results"])
+    return {
+        "combinations": count,
+        "passed": written["passed"],
+        "wall_s": written["wall_s"],
+        "cpu_s": written["cpu_s"],
+        "cpu_s_per_combination": written["cpu_s"] / count,
+        "stage_s": _stage_totals(written["results"]),
+    }
+
+
+def _stage_totals(results: list[dict]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for result in results:
+        for stage in result["stages"]:
+            totals[stage["name"]] = round(totals.get(stage["name"], 0) + stage["seconds"], 1)
+    return totals
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2, help="combinations checked at once")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--out", type=Path, help="JSON file (default: bench/results/)")
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        server = check("server", [], args, Path(tmp))
+        plain = check("no-server", ["--no-server"], args, Path(tmp))
+    result = {
+        "benchmark": "check_cost",
+        "selection": ["--pairwise", *(f"--set {name}" for name in args.sets)],
+        "jobs": args.jobs,
+        "server": server,
+        "no_server": plain,
+        "cpu_ratio": server["cpu_s"] / plain["cpu_s"],
+        "target_cpu_s_per_combination": TARGET_CPU_S,
+        "environment": environment(),
+    }
+    path = write_result("check_cost", result, args.out)
+    for label, run in (("server", server), ("no server", plain)):
+        print(
+            f"{label:>9}: {run['combinations']} combinations, {run['passed']} passed, "
+            f"{run['cpu_s_per_combination']:.1f} CPU s each, {run['wall_s']:.0f} s wall"
+        )
+    print(
+        f"CPU with the server / without: {result['cpu_ratio']:.2f} (target: <= {TARGET_CPU_S} "
+        "CPU s a combination with it)"
+    )
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
