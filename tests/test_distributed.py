@@ -89,7 +89,8 @@ def test_readme_cpu_command_trains_in_two_processes(multi: Path, tmp_path: Path)
             os.killpg(child.pid, signal.SIGKILL)
         child.wait()
     assert child.returncode == 0, output[-6000:]
-    assert json.loads((out / "run.json").read_text())["world_size"] == 2
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    run = out / "fast-dev-run"  # where a fast dev run writes, under --output_dir
+    assert json.loads((run / "run.json").read_text())["world_size"] == 2
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "split" not in r] == [1, 2, 3, 4]  # each step once
-    assert (out / "model" / "model.safetensors").is_file()
+    assert (run / "model" / "model.safetensors").is_file()
