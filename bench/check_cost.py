@@ -47,8 +47,8 @@ def _stage_totals(results: list[dict]) -> dict[str, float]:
     totals: dict[str, float] = {}
     for result in results:
         for stage in result["stages"]:
-            totals[stage["name"]] = round(totals.get(stage["name"], 0) + stage["seconds"], 1)
-    return totals
+            totals[stage["name"]] = totals.get(stage["name"], 0) + stage["seconds"]
+    return {name: round(seconds, 1) for name, seconds in totals.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

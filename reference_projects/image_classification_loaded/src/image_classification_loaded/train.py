@@ -207,7 +207,6 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     model.train()
     clock = TrainingClock(device)  # stops during evaluation and checkpoints
     throughput = Throughput(clock)
-    paused_s = {"eval": 0.0, "checkpoint": 0.0}  # the seconds the clock stood for each
     if main_process:
         metrics_log = MetricsLog(output_dir / "metrics.jsonl", resume_step=progress.step)
     else:
@@ -283,9 +282,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
             is_best = False
             if _due(cfg.eval_every, progress.step, end_of_epoch) or last_step:
-                with clock.paused() as evaluation:
+                with clock.paused("eval") as evaluation:
                     eval_metrics = evaluate(raw_model, val_loader, accelerator, datasets.preprocess)
-                paused_s["eval"] += evaluation.seconds
                 metric = eval_metrics[task.METRIC]
                 record = {"step": progress.step, "epoch": progress.epoch, "split": "val"}
                 record["eval_s"] = evaluation.seconds
@@ -296,9 +294,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 if is_best:
                     progress.best_metric, progress.best_step = metric, progress.step
             if _due(cfg.checkpoint_every, progress.step, end_of_epoch) or is_best or last_step:
-                with clock.paused() as saving:
+                with clock.paused("checkpoint"):
                     save(is_best)
-                paused_s["checkpoint"] += saving.seconds
                 saved_step = progress.step
         if stop.requested:
             if saved_step < progress.step:  # unless just saved: the grace period is short
@@ -329,8 +326,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         "epochs": progress.epoch + progress.batch / batches_per_epoch,
         "samples_per_s": samples_per_s,
         "wall_s": wall_s,
-        "eval_s": paused_s["eval"],
-        "checkpoint_s": paused_s["checkpoint"],
+        "eval_s": clock.paused_s["eval"],
+        "checkpoint_s": clock.paused_s["checkpoint"],
         "peak_mem_mb": peak_memory_mb(device),
     }
     if main_process:

@@ -23,18 +23,20 @@ class Pause:
 
 class TrainingClock:
     """Seconds of training: a clock that stops while the loop evaluates or checkpoints, so
-    that throughput and data wait describe training steps alone."""
+    that throughput and data wait describe training steps alone. `paused_s` holds the
+    seconds it stood, by what it stood for."""
 
     def __init__(self, device: torch.device):
         self.device = device
-        self.paused_s = 0.0
+        self.paused_s = {"eval": 0.0, "checkpoint": 0.0}
 
     def now(self) -> float:
-        return time.perf_counter() - self.paused_s
+        return time.perf_counter() - sum(self.paused_s.values())
 
     @contextlib.contextmanager
-    def paused(self) -> Iterator[Pause]:
-        """Time spent inside is not training; its seconds are the Pause's once it ends."""
+    def paused(self, kind: str) -> Iterator[Pause]:
+        """Time spent inside is `kind` (eval, checkpoint), not training; its seconds are the
+        Pause's once it ends."""
         if self.device.type == "cuda":  # the steps queued before it are training time
             torch.cuda.synchronize(self.device)  # (evaluation and saving wait for them anyway)
         pause, start = Pause(), time.perf_counter()
@@ -42,7 +44,7 @@ class TrainingClock:
             yield pause
         finally:
             pause.seconds = time.perf_counter() - start
-            self.paused_s += pause.seconds
+            self.paused_s[kind] += pause.seconds
 
 
 class Throughput:
@@ -106,14 +108,15 @@ class LogWindow:
     def close(self, epoch: int, grad_norm: torch.Tensor, lr: float) -> dict[str, Any]:
         losses = self.pending_losses()
         elapsed = self.clock.now() - self.started  # training only
+        samples = self.counted_samples()
         return {
             "step": self.first_step + self.steps,
             "epoch": epoch,
             "loss": sum(losses) / len(losses),
             "lr": lr,
             "grad_norm": grad_norm.item(),  # before clipping, so thresholds can be chosen from it
-            "samples": self.counted_samples(),
-            "samples_per_s": self.counted_samples() / elapsed,
+            "samples": samples,
+            "samples_per_s": samples / elapsed,
             "data_wait": self.data_s / elapsed,  # share of the time spent waiting for batches
         }
 

@@ -11,7 +11,7 @@ or the others wait until `dist_timeout_s` runs out and the run fails.
 import logging
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from accelerate import Accelerator
@@ -22,7 +22,6 @@ from ..config import ConfigError
 from .monitor import LogWindow, Preemption
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 def check_launch(accelerator: Accelerator) -> None:
@@ -37,7 +36,7 @@ def check_launch(accelerator: Accelerator) -> None:
         )
 
 
-def on_main_process(accelerator: Accelerator, work: Callable[[], T]) -> T | None:
+def on_main_process(accelerator: Accelerator, work: Callable[[], None]) -> None:
     """Run `work` (writing the run folder, starting the tracker) on the main process only,
     and stop every process within seconds when it raises.
 
@@ -47,20 +46,15 @@ def on_main_process(accelerator: Accelerator, work: Callable[[], T]) -> T | None
     main process raises its error, which main() reports in one line; the others exit with
     status 1 and nothing to add.
     """
-    result, failed = None, False
     if accelerator.is_main_process:
+        failed = True
         try:
-            result = work()
-        except BaseException:
-            failed = True
-            raise
+            work()
+            failed = False
         finally:
             broadcast_object_list([failed], from_process=0)
-    else:
-        verdict = broadcast_object_list([None], from_process=0)
-        if verdict[0]:
-            raise SystemExit(1)
-    return result
+    elif broadcast_object_list([None], from_process=0)[0]:
+        raise SystemExit(1)
 
 
 def sync_batchnorm(model: nn.Module, accelerator: Accelerator) -> nn.Module:
