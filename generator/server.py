@@ -36,15 +36,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 # Heavy, project-independent and starting no thread at import: what the projects import.
-# torch._dynamo: an optimizer's first step imports it; matplotlib: every run plots its
-# curves; then the export and tracker libraries that start no thread (mlflow and
-# onnxruntime do, so the children that use them import them).
+# torch._dynamo: an optimizer's first step imports it; scikit-learn's splits and datasets
+# (seconds of scipy each, more than torch); matplotlib: every run plots its curves; then
+# the export and tracker libraries that start no thread (mlflow and onnxruntime do, so the
+# children that use them import them).
 PRELOAD = (
     "torch",
     "torch._dynamo",
     "accelerate",
     "numpy",
     "sklearn",
+    "sklearn.datasets",
+    "sklearn.model_selection",
     "safetensors",
     "yaml",
     "tqdm",
