@@ -22,6 +22,11 @@ Answers = dict[str, Answer]
 _BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
 
 
+def answer_text(value: Answer) -> str:
+    """An answer as `--set` takes it and copier.yml writes it: `true`/`false` for a bool."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 class AnswerError(ValueError):
     """A user-supplied answer that copier.yml does not allow; the message is one line."""
 

@@ -1,33 +1,21 @@
-"""Command line: `python -m generator {matrix,render,check,references} ...`.
+"""Command line: `python -m generator {matrix,render,check,references,report} ...`.
 
-Exit codes: 0 done, 1 a checked combination failed, 2 bad usage or answers (one line on
-stderr, like argparse).
+The arguments are parsed here and each command runs in generator.commands. Exit codes: 0
+done, 1 a checked combination failed, 2 bad usage or answers (one line on stderr, like
+argparse).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import resource
-import shlex
 import sys
-import tempfile
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from copier.errors import CopierError
 
-from generator import references
-from generator.answers import AnswerError, Answers, load_space
-from generator.check import Options, Result, check_all, processes, visible_gpus
-from generator.cover import TESTED_PAIRS, covering
-from generator.render import render
-from generator.report import merge, template_commit, write_report
-from generator.selection import Shard, matching, rest_sample, select, with_user_names
-from generator.server import ServerDied
-
-SAMPLES = ("sample", "rest", "all", "none")
+from generator import commands, references
+from generator.selection import SAMPLES
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -203,197 +191,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if args.command == "matrix":
-            return _matrix(args)
+            return commands.list_matrix(args)
         if args.command == "check":
-            return _check(args, sys.argv[1:] if argv is None else list(argv))
+            return commands.check_combinations(args, sys.argv[1:] if argv is None else list(argv))
         if args.command == "references":
-            return _references(args)
+            return commands.run_references(args)
         if args.command == "report":
-            return _merge_reports(args, sys.argv[1:] if argv is None else list(argv))
-        return _render(args.dest, args.sets)
+            return commands.merge_reports(args, sys.argv[1:] if argv is None else list(argv))
+        return commands.render_project(args)
     except (ValueError, CopierError) as error:  # copier reports a failed validator as ValueError
         message = " ".join(str(error).split())  # copier's messages may span lines
         command = " ".join(filter(None, [args.command, getattr(args, "action", None)]))
         print(f"python -m generator {command}: error: {message}", file=sys.stderr)
         return 2
-
-
-def _matrix(args: argparse.Namespace) -> int:
-    space = load_space()
-    shard = Shard.parse(args.shard)
-    _, combinations = select(space, args.sets, pairwise_only=args.pairwise, shard=shard)
-    if args.json:
-        rows = [{"slug": space.slug(c), "answers": c} for c in combinations]
-        print(json.dumps(rows, indent=2))
-    else:
-        print("\n".join(space.slug(c) for c in combinations))
-    return 0
-
-
-def _render(dest: Path, sets: Sequence[str]) -> int:
-    answers = load_space().parse_sets(sets)
-    print(render(answers, dest))
-    return 0
-
-
-def _check(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    space = load_space()
-    shard = Shard.parse(args.shard)
-    fixed, selection = select(space, args.sets, pairwise_only=args.pairwise)
-    if args.project_tests == "rest":
-        # From every combination the --set answers leave: --pairwise and --all hold them.
-        sample = rest_sample(space, matching(space.combinations(), fixed))
-    elif args.project_tests == "sample":
-        sample = covering(space, selection, (), TESTED_PAIRS)
-    else:
-        sample = selection if args.project_tests == "all" else []
-    combinations = shard.take(selection, space.slug)
-    if not combinations:
-        raise AnswerError(f"shard {args.shard} of {len(selection)} combinations is empty")
-    if args.device == "cuda":
-        _require_gpus(combinations)
-    # Free-text answers given with --set (a project name, say) go into every render.
-    combinations = [fixed | answers for answers in combinations]
-    sample = [fixed | answers for answers in sample]
-    if args.pairwise and not {"project_name", "package_name"} & fixed.keys():
-        # The pairwise check proves the names users type too, not only the default.
-        combinations = with_user_names(space, combinations)
-        sample = with_user_names(space, sample)
-
-    with tempfile.TemporaryDirectory(prefix="generator-check-") as scratch:
-        workdir = args.workdir or Path(scratch)
-        options = Options(
-            workdir / "compile-cache", args.device, args.steps, args.jobs, not args.no_server
-        )
-        print(
-            f"checking {len(combinations)} combinations on {args.device}, "
-            f"{args.jobs} at a time, in {workdir}",
-            flush=True,
-        )
-        start, cpu_start = time.perf_counter(), _cpu_seconds()
-        try:
-            results = check_all(
-                space, combinations, sample, workdir, options, _progress(combinations)
-            )
-        except ServerDied as error:
-            print(f"error: {error}, and again after a restart: the check stops", file=sys.stderr)
-            return 2
-        wall_s, cpu_s = time.perf_counter() - start, _cpu_seconds() - cpu_start
-
-    failed = [r for r in results if not r.ok]
-    for result in failed:
-        print(f"\n--- {result.slug}: {result.failed_stage} failed\n{result.log_tail}")
-    print(
-        f"\n{len(results) - len(failed)} passed, {len(failed)} failed in {wall_s:.0f} s "
-        f"({cpu_s:.0f} CPU seconds)"
-    )
-    if args.report:
-        meta = {
-            "command": "python -m generator " + shlex.join(argv),
-            "device": args.device,
-            "jobs": args.jobs,
-            "server": not args.no_server,
-            "steps": args.steps,
-            "wall_s": round(wall_s, 1),
-            "cpu_s": round(cpu_s, 1),
-            "commit": template_commit(),
-        }
-        print(f"report: {write_report(args.report, results, meta)}")
-    return 1 if failed else 0
-
-
-def _merge_reports(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    results, meta = merge(args.shards, "python -m generator " + shlex.join(argv))
-    failed = sum(not result.ok for result in results)
-    print(f"{len(results) - failed} passed, {failed} failed in {len(args.shards)} shard(s)")
-    print(f"report: {write_report(args.report, results, meta)}")
-    return 1 if failed else 0
-
-
-def _references(args: argparse.Namespace) -> int:
-    references.select(args.only)  # a bad name fails before anything is rendered or run
-    if args.action == "check":
-        return _references_check(args.root, args.only)
-    if args.action == "test":
-        return _references_test(args.root, args.only, args.jobs)
-    return _references_sync(args.root, args.only, args.jobs)
-
-
-def _references_check(root: Path, only: Sequence[str] | None) -> int:
-    start = time.perf_counter()
-    problems = references.check(root, only)
-    for problem in problems:
-        print(problem)
-    if problems:
-        print(
-            f"{len(problems)} file(s) of {root} differ from what the template renders; "
-            "run `python -m generator references sync`"
-        )
-        return 1
-    print(f"{root}: in sync with the template ({time.perf_counter() - start:.1f} s)")
-    return 0
-
-
-def _references_sync(root: Path, only: Sequence[str] | None, jobs: int) -> int:
-    def show(trained: references.Trained) -> None:
-        status = "pass" if trained.ok else "FAIL"
-        print(f"{status:<5} {trained.ref.name}: {trained.message}", flush=True)
-
-    start = time.perf_counter()
-    done = references.sync(root, only, jobs, show)
-    failed = [trained for trained in done if not trained.ok]
-    print(
-        f"synced {len(done) - len(failed)} of {len(done)} reference projects into {root} "
-        f"in {time.perf_counter() - start:.0f} s"
-    )
-    return 1 if failed else 0
-
-
-def _references_test(root: Path, only: Sequence[str] | None, jobs: int) -> int:
-    def show(tested: references.Tested) -> None:
-        ref, ok, seconds, log_tail = tested
-        print(f"{'pass' if ok else 'FAIL':<5} {ref.name} {seconds:.0f} s", flush=True)
-        if not ok:
-            print(log_tail, flush=True)
-
-    results = references.run_project_tests(root, only, jobs, show)
-    return 0 if all(ok for _, ok, _, _ in results) else 1
-
-
-def _progress(combinations: Sequence[Answers]) -> Callable[[int, Result], None]:
-    """One line per finished combination, as they finish."""
-    width = len(str(len(combinations)))
-
-    def show(done: int, result: Result) -> None:
-        status = "pass" if result.ok else f"FAIL ({result.failed_stage})"
-        notes = f"  [{'; '.join(result.notes)}]" if result.notes else ""
-        print(
-            f"[{done:>{width}}/{len(combinations)}] {status:<16} {result.slug} "
-            f"{result.seconds:.0f} s{notes}",
-            flush=True,
-        )
-
-    return show
-
-
-def _cpu_seconds() -> float:
-    """CPU time of this process and every process it started and reaped, their children too.
-
-    On a machine shared with other work, wall time says little; CPU time depends on it less.
-    """
-    own, children = (
-        resource.getrusage(resource.RUSAGE_SELF),
-        resource.getrusage(resource.RUSAGE_CHILDREN),
-    )
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
-def _require_gpus(combinations: Sequence[Answers]) -> None:
-    """Refuse before rendering anything when the GPUs can't run the selection."""
-    gpus = visible_gpus()
-    needed = max(processes(answers) for answers in combinations)
-    if gpus < needed:
-        raise AnswerError(
-            f"--device cuda: the selection needs {needed} GPU(s) and torch sees {gpus}; "
-            "use --device cpu, or leave out the combinations that launch more with --set"
-        )

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from generator import REPO_ROOT
-from generator.answers import Answer
+from generator.answers import Answer, answer_text
 from generator.check import Result, Stage
 
 
@@ -36,7 +36,7 @@ def template_commit() -> str:
 def reproduce(answers: Mapping[str, Answer], device: str) -> str:
     """The one command that checks this combination again."""
     sets = " ".join(
-        f"--set {shlex.quote(f'{name}={_text(value)}')}" for name, value in answers.items()
+        f"--set {shlex.quote(f'{name}={answer_text(value)}')}" for name, value in answers.items()
     )
     return f"python -m generator check --device {device} {sets}"
 
@@ -155,10 +155,6 @@ def _read_report(path: Path) -> dict[str, Any]:
     if not isinstance(report, dict) or needed - report.keys():
         raise ReportError(f"{file}: not a report of generator check (it needs {sorted(needed)})")
     return report
-
-
-def _text(value: Answer) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _duration(seconds: float) -> str:

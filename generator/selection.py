@@ -1,6 +1,7 @@
 """Which combinations a command works on: all or pairwise, narrowed by --set, split by --shard.
 
-`matrix` and `check` select through here, so a shard listed by one is the shard run by the other.
+`matrix` and `check` select through here, so a shard listed by one is the shard run by the other;
+`check` takes the sample of combinations that also run their own tests here too.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from generator.pairwise import pairwise
 from generator.references import reference_combinations
 
 T = TypeVar("T")
+
+SAMPLES = ("sample", "rest", "all", "none")  # the choices of `check --project-tests`
 
 _SHARD = re.compile(r"^(\d+)/(\d+)$")
 
@@ -83,6 +86,42 @@ def select(
     if pairwise_only:
         chosen = pairwise(space, chosen, first=rest_sample(space, chosen))
     return fixed, shard.take(chosen, space.slug)
+
+
+def check_selection(
+    space: AnswerSpace,
+    sets: Sequence[str],
+    shard: str,
+    *,
+    pairwise_only: bool = False,
+    project_tests: str = "sample",
+) -> tuple[list[Answers], list[Answers]]:
+    """What `check` runs: this shard's combinations, and the sample that runs its own tests.
+
+    `shard` is the `--shard` text and `project_tests` one of SAMPLES. The sample is taken
+    from the whole selection, before the shard. The free-text answers `--set` gives (a
+    project name, say) go into every combination; the pairwise check, unless `--set` names
+    the project or package, renders each with one of USER_NAMES, to prove the names users
+    type as well as the default. AnswerError (one line) for an empty shard.
+    """
+    parsed = Shard.parse(shard)
+    fixed, selection = select(space, sets, pairwise_only=pairwise_only)
+    if project_tests == "rest":
+        # From every combination the --set answers leave: --pairwise and --all hold them.
+        sample = rest_sample(space, matching(space.combinations(), fixed))
+    elif project_tests == "sample":
+        sample = covering(space, selection, (), TESTED_PAIRS)
+    else:
+        sample = selection if project_tests == "all" else []
+    combinations = parsed.take(selection, space.slug)
+    if not combinations:
+        raise AnswerError(f"shard {shard} of {len(selection)} combinations is empty")
+    combinations = [fixed | answers for answers in combinations]
+    sample = [fixed | answers for answers in sample]
+    if pairwise_only and not {"project_name", "package_name"} & fixed.keys():
+        combinations = with_user_names(space, combinations)
+        sample = with_user_names(space, sample)
+    return combinations, sample
 
 
 def rest_sample(space: AnswerSpace, candidates: Sequence[Answers]) -> list[Answers]:

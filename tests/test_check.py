@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from generator import check
+from generator import check, launch, parallel
 from generator.answers import Answers, load_space
-from generator.check import Options, Result, Stage, check_all, check_combination
+from generator.check import Result, Stage, check_combination
 from generator.cli import main
+from generator.launch import Options
+from generator.parallel import check_all
 from generator.report import as_markdown, reproduce, template_commit, write_report
+from generator.run_folder import run_folder_problems
 from generator.server import Client
 
 SPACE = load_space()
@@ -37,12 +40,12 @@ def all_fixed(answers: Answers) -> list[str]:
 
 
 def test_one_process_runs_the_module_directly() -> None:
-    assert check.launch_command(DEFAULTS) == [sys.executable, "-m"]
+    assert launch.launch_command(DEFAULTS) == [sys.executable, "-m"]
 
 
 def test_multi_launches_two_processes() -> None:
     multi = DEFAULTS | {"distributed": "multi"}
-    command = check.launch_command(multi)
+    command = launch.launch_command(multi)
     assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert command[-1] == "-m"
     assert command[command.index("--nproc_per_node") + 1] == "2"
@@ -59,15 +62,15 @@ def test_cpu_runs_say_what_they_stand_in_for() -> None:
 
 
 def test_cpu_runs_hide_the_gpus_and_share_one_compile_cache(tmp_path: Path) -> None:
-    env = check.project_env(DEFAULTS, options(tmp_path, jobs=2))
+    env = launch.project_env(DEFAULTS, options(tmp_path, jobs=2))
     assert env["CUDA_VISIBLE_DEVICES"] == ""
     assert env["TORCHINDUCTOR_CACHE_DIR"].startswith(str((tmp_path / "cache").resolve()))
-    cuda_env = check.project_env(DEFAULTS, options(tmp_path, device="cuda"))
+    cuda_env = launch.project_env(DEFAULTS, options(tmp_path, device="cuda"))
     assert cuda_env.get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
 def test_an_empty_run_folder_lists_everything_missing(tmp_path: Path) -> None:
-    problems = check.run_folder_problems(tmp_path, DEFAULTS, "cpu")
+    problems = run_folder_problems(tmp_path, DEFAULTS, "cpu")
     for name in ("summary.json", "metrics.jsonl", "run.json", "checkpoints/", "model/"):
         assert any(problem.startswith(name) for problem in problems), name
 
@@ -91,7 +94,7 @@ def test_check_all_keeps_order_starts_the_sample_first_and_keeps_failures(
         stage = Stage("train", "fail" if failing else "pass", 0.1)
         return Result(space.slug(answers), answers, [stage], log_tail="boom" if failing else "")
 
-    monkeypatch.setattr(check, "check_combination", fake)
+    monkeypatch.setattr(parallel, "check_combination", fake)
     results = check_all(SPACE, combos, [combos[4]], tmp_path, options(tmp_path, jobs=1))
     assert [r.slug for r in results] == [SPACE.slug(c) for c in combos]
     assert started[0] == SPACE.slug(combos[4])

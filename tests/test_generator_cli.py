@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from generator import REPO_ROOT, cli
+from generator import REPO_ROOT, commands
 from generator.answers import load_space
 from generator.cli import main
 from generator.selection import select
@@ -141,7 +141,7 @@ def test_check_refuses_an_empty_shard(capsys: pytest.CaptureFixture[str]) -> Non
 def test_check_on_cuda_without_a_gpu_stops_before_rendering(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli, "visible_gpus", lambda: 0)
+    monkeypatch.setattr(commands, "visible_gpus", lambda: 0)
     assert main(["check", "--pairwise", "--device", "cuda"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "torch sees 0" in err

@@ -20,17 +20,15 @@ from generator.cli import main
 from generator.cover import TESTED_PAIRS, covering, features
 from generator.references import (
     COMMIT,
-    CURVES_PNG,
     INDEX,
     LOADED_TASK,
     REFERENCES_DIR,
-    RESULTS_JSON,
-    RESULTS_MD,
     SRC_PATH,
     reference_combinations,
     references,
 )
 from generator.render import ANSWERS_FILE
+from generator.results import CURVES_PNG, RESULTS_JSON, RESULTS_MD
 from generator.selection import rest_sample, select
 
 SPACE = load_space()

@@ -15,7 +15,8 @@ import pytest
 from helpers import reproduce
 
 from generator.answers import load_space
-from generator.check import Options, check_combination
+from generator.check import check_combination
+from generator.launch import Options
 from generator.server import PRELOAD, Client, ServerDied, describe
 
 SPACE = load_space()

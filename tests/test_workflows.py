@@ -16,8 +16,8 @@ import yaml
 
 from generator import REPO_ROOT
 from generator.answers import Answers, load_space
-from generator.check import processes
 from generator.cli import get_parser
+from generator.launch import processes
 from generator.render import render
 from generator.selection import Shard, select
 

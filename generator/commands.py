@@ -1,0 +1,197 @@
+"""What each command of `python -m generator` does and prints, given its parsed arguments.
+
+generator.cli parses the arguments and dispatches here; each command returns its exit code:
+0 done, 1 a checked combination (or reference project) failed, 2 bad usage or answers. A
+command raises ValueError (AnswerError) or CopierError for bad answers; cli prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from generator import reference_runs, references
+from generator.answers import AnswerError, Answers, load_space
+from generator.check import Result
+from generator.launch import Options, processes, visible_gpus
+from generator.parallel import check_all
+from generator.render import render
+from generator.report import merge, template_commit, write_report
+from generator.selection import Shard, check_selection, select
+from generator.server import ServerDied
+
+
+def list_matrix(args: argparse.Namespace) -> int:
+    space = load_space()
+    shard = Shard.parse(args.shard)
+    _, combinations = select(space, args.sets, pairwise_only=args.pairwise, shard=shard)
+    if args.json:
+        rows = [{"slug": space.slug(c), "answers": c} for c in combinations]
+        print(json.dumps(rows, indent=2))
+    else:
+        print("\n".join(space.slug(c) for c in combinations))
+    return 0
+
+
+def render_project(args: argparse.Namespace) -> int:
+    answers = load_space().parse_sets(args.sets)
+    print(render(answers, args.dest))
+    return 0
+
+
+def check_combinations(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    space = load_space()
+    combinations, sample = check_selection(
+        space,
+        args.sets,
+        args.shard,
+        pairwise_only=args.pairwise,
+        project_tests=args.project_tests,
+    )
+    if args.device == "cuda":
+        _require_gpus(combinations)
+
+    with tempfile.TemporaryDirectory(prefix="generator-check-") as scratch:
+        workdir = args.workdir or Path(scratch)
+        options = Options(
+            workdir / "compile-cache", args.device, args.steps, args.jobs, not args.no_server
+        )
+        print(
+            f"checking {len(combinations)} combinations on {args.device}, "
+            f"{args.jobs} at a time, in {workdir}",
+            flush=True,
+        )
+        start, cpu_start = time.perf_counter(), _cpu_seconds()
+        try:
+            results = check_all(
+                space, combinations, sample, workdir, options, _progress(combinations)
+            )
+        except ServerDied as error:
+            print(f"error: {error}, and again after a restart: the check stops", file=sys.stderr)
+            return 2
+        wall_s, cpu_s = time.perf_counter() - start, _cpu_seconds() - cpu_start
+
+    failed = [r for r in results if not r.ok]
+    for result in failed:
+        print(f"\n--- {result.slug}: {result.failed_stage} failed\n{result.log_tail}")
+    print(
+        f"\n{len(results) - len(failed)} passed, {len(failed)} failed in {wall_s:.0f} s "
+        f"({cpu_s:.0f} CPU seconds)"
+    )
+    if args.report:
+        meta = {
+            "command": "python -m generator " + shlex.join(argv),
+            "device": args.device,
+            "jobs": args.jobs,
+            "server": not args.no_server,
+            "steps": args.steps,
+            "wall_s": round(wall_s, 1),
+            "cpu_s": round(cpu_s, 1),
+            "commit": template_commit(),
+        }
+        print(f"report: {write_report(args.report, results, meta)}")
+    return 1 if failed else 0
+
+
+def merge_reports(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    results, meta = merge(args.shards, "python -m generator " + shlex.join(argv))
+    failed = sum(not result.ok for result in results)
+    print(f"{len(results) - failed} passed, {failed} failed in {len(args.shards)} shard(s)")
+    print(f"report: {write_report(args.report, results, meta)}")
+    return 1 if failed else 0
+
+
+def run_references(args: argparse.Namespace) -> int:
+    references.select(args.only)  # a bad name fails before anything is rendered or run
+    if args.action == "check":
+        return _check_references(args.root, args.only)
+    if args.action == "test":
+        return _test_references(args.root, args.only, args.jobs)
+    return _sync_references(args.root, args.only, args.jobs)
+
+
+def _check_references(root: Path, only: Sequence[str] | None) -> int:
+    start = time.perf_counter()
+    problems = references.check(root, only)
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(
+            f"{len(problems)} file(s) of {root} differ from what the template renders; "
+            "run `python -m generator references sync`"
+        )
+        return 1
+    print(f"{root}: in sync with the template ({time.perf_counter() - start:.1f} s)")
+    return 0
+
+
+def _sync_references(root: Path, only: Sequence[str] | None, jobs: int) -> int:
+    def show(trained: reference_runs.Trained) -> None:
+        status = "pass" if trained.ok else "FAIL"
+        print(f"{status:<5} {trained.ref.name}: {trained.message}", flush=True)
+
+    start = time.perf_counter()
+    done = reference_runs.sync(root, only, jobs, show)
+    failed = [trained for trained in done if not trained.ok]
+    print(
+        f"synced {len(done) - len(failed)} of {len(done)} reference projects into {root} "
+        f"in {time.perf_counter() - start:.0f} s"
+    )
+    return 1 if failed else 0
+
+
+def _test_references(root: Path, only: Sequence[str] | None, jobs: int) -> int:
+    def show(tested: reference_runs.Tested) -> None:
+        status = "pass" if tested.ok else "FAIL"
+        print(f"{status:<5} {tested.ref.name} {tested.seconds:.0f} s", flush=True)
+        if not tested.ok:
+            print(tested.log_tail, flush=True)
+
+    results = reference_runs.run_project_tests(root, only, jobs, show)
+    return 0 if all(tested.ok for tested in results) else 1
+
+
+def _progress(combinations: Sequence[Answers]) -> Callable[[int, Result], None]:
+    """One line per finished combination, as they finish."""
+    width = len(str(len(combinations)))
+
+    def show(done: int, result: Result) -> None:
+        status = "pass" if result.ok else f"FAIL ({result.failed_stage})"
+        notes = f"  [{'; '.join(result.notes)}]" if result.notes else ""
+        print(
+            f"[{done:>{width}}/{len(combinations)}] {status:<16} {result.slug} "
+            f"{result.seconds:.0f} s{notes}",
+            flush=True,
+        )
+
+    return show
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and every process it started and reaped, their children too.
+
+    On a machine shared with other work, wall time says little; CPU time depends on it less.
+    """
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _require_gpus(combinations: Sequence[Answers]) -> None:
+    """Refuse before rendering anything when the GPUs can't run the selection."""
+    gpus = visible_gpus()
+    needed = max(processes(answers) for answers in combinations)
+    if gpus < needed:
+        raise AnswerError(
+            f"--device cuda: the selection needs {needed} GPU(s) and torch sees {gpus}; "
+            "use --device cpu, or leave out the combinations that launch more with --set"
+        )

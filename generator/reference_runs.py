@@ -1,0 +1,152 @@
+"""Running the reference projects: `sync` trains each and records its results, `test` runs
+each one's own tests where it lies.
+
+Their processes start as the check's do (generator.launch), on the CPU.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from generator.answers import load_space
+from generator.launch import Options, launch_command, project_env, run, shown, tail
+from generator.references import (
+    INDEX,
+    REFERENCES_DIR,
+    Reference,
+    ignore_patterns,
+    references,
+    render_reference,
+    select,
+)
+from generator.render import package_of
+from generator.results import index_text, write_results
+
+RUN_OUTPUT = "outputs/reference"  # the output_dir the shown command names
+
+
+# --- sync
+
+
+@dataclass
+class Trained:
+    ref: Reference
+    ok: bool
+    message: str  # one line when ok, the command and its output tail otherwise
+
+
+def sync(
+    root: Path = REFERENCES_DIR,
+    names: Sequence[str] | None = None,
+    jobs: int = 1,
+    on_done: Callable[[Trained], None] = lambda trained: None,
+) -> list[Trained]:
+    """Render, train and record each chosen reference, `jobs` at a time, then the index.
+
+    A reference whose training fails keeps its committed folder as it was.
+    """
+    space = load_space()
+    chosen = select(names, space)
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="references-sync-") as scratch:
+        work = Path(scratch)
+        options = Options(work / "compile-cache", "cpu", jobs=jobs)
+        for ref in chosen:  # renders one at a time: copier's API is not known to be thread-safe
+            render_reference(ref, work / ref.name / "project")
+
+        def train_one(ref: Reference) -> Trained:
+            trained = train_reference(ref, work / ref.name, options)
+            if trained.ok:
+                install(work / ref.name / "project", root / ref.name)
+            on_done(trained)
+            return trained
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            done = list(pool.map(train_one, chosen))
+    (root / INDEX).write_text(index_text(references(space), root), encoding="utf-8")
+    return done
+
+
+def train_reference(ref: Reference, folder: Path, options: Options) -> Trained:
+    """Train `folder/project` with its default run into `folder/out`; write its results there.
+
+    Never raises: a failure (the command and its output tail) is the Trained's message.
+    """
+    project, out = folder / "project", folder / "out"
+    command = [*launch_command(ref.answers), f"{package_of(project)}.train", "--cpu", "true"]
+    command_out = [*command, "--output_dir", str(out)]
+    env = project_env(ref.answers, options) | {"PYTHONDONTWRITEBYTECODE": "1"}
+    try:
+        start = time.perf_counter()
+        result = run(command_out, project, env)
+        process_s = time.perf_counter() - start
+        if result.returncode != 0:
+            message = f"$ {shown(command_out)}\nexited {result.returncode}\n{tail(result.stdout)}"
+            return Trained(ref, False, message)
+        # The command as a reader reruns it inside the project.
+        rerun = shown([*command, "--output_dir", RUN_OUTPUT])
+        rerun = f"OMP_NUM_THREADS={env['OMP_NUM_THREADS']} PYTHONPATH=src {rerun}"
+        s = write_results(ref, project, out, process_s, rerun)
+    except Exception:  # a timeout or a missing file fails this reference, not the others
+        return Trained(ref, False, f"$ {shown(command_out)}\n{traceback.format_exc()}")
+    line = (
+        f"{s['metric']} {s['value']:.4f} (baseline {s['baseline_value']:.4f}), "
+        f"{s['steps']} steps in {s['wall_s']:.1f} s"
+    )
+    return Trained(ref, True, line)
+
+
+def install(project: Path, dest: Path) -> None:
+    """Replace `dest` with the rendered and trained `project`, without its ignored files."""
+    patterns = ignore_patterns(project)
+    staging = dest.with_name(f".{dest.name}.new")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(project, staging, ignore=shutil.ignore_patterns(*patterns))
+    shutil.rmtree(dest, ignore_errors=True)
+    staging.rename(dest)
+
+
+# --- the projects' own tests
+
+
+@dataclass
+class Tested:
+    ref: Reference
+    ok: bool  # its tests passed
+    seconds: float
+    log_tail: str  # the last lines of pytest's output
+
+
+def run_project_tests(
+    root: Path = REFERENCES_DIR,
+    names: Sequence[str] | None = None,
+    workers: int = 1,
+    on_done: Callable[[Tested], None] = lambda tested: None,
+) -> list[Tested]:
+    """Run each committed reference project's own tests in place, one project at a time.
+
+    Nothing is written into the projects: no bytecode, no pytest cache; the tests' runs go
+    to their temporary folders.
+    """
+    results: list[Tested] = []
+    pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    if workers > 1:
+        pytest += ["-n", str(workers)]
+    for ref in select(names):
+        with tempfile.TemporaryDirectory(prefix="references-test-") as scratch:
+            env = project_env(ref.answers, Options(Path(scratch), "cpu"))
+            env |= {"PYTHONDONTWRITEBYTECODE": "1"}
+            start = time.perf_counter()
+            result = run(pytest, root / ref.name, env)
+        seconds = time.perf_counter() - start
+        results.append(Tested(ref, result.returncode == 0, seconds, tail(result.stdout, 30)))
+        on_done(results[-1])
+    return results

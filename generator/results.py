@@ -1,0 +1,197 @@
+"""The results of a reference project's default run: RESULTS.md, results/ and the index.
+
+generator.reference_runs writes them after training a reference project; generator.references
+checks that the index, reference_projects/README.md, is what they make.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from generator import REPO_ROOT
+from generator.answers import answer_text, load_space
+from generator.launch import processes
+from generator.render import package_of
+
+if TYPE_CHECKING:
+    from generator.references import Reference
+
+RESULTS_MD = "RESULTS.md"
+RESULTS_DIR = "results"  # results.json and curves.png: the run's record, exempt from `check`
+RESULTS_JSON = f"{RESULTS_DIR}/results.json"
+CURVES_PNG = f"{RESULTS_DIR}/curves.png"
+LIBRARIES = ("python", "torch", "accelerate", "numpy")
+
+
+def write_results(
+    ref: Reference, project: Path, out: Path, process_s: float, command: str
+) -> dict[str, Any]:
+    """RESULTS.md, results/results.json and results/curves.png from the run in `out`."""
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    run = json.loads((out / "run.json").read_text(encoding="utf-8"))
+    record = {
+        "name": ref.name,
+        "project_name": ref.project_name,
+        "answers": ref.answers,
+        "summary": summary,
+        "baseline": baseline_description(project / "src" / package_of(project) / "task.py"),
+        "process_s": round(process_s, 1),
+        "command": command,
+        "processes": processes(ref.answers),
+        "device": run.get("device"),
+        "seed": run.get("seed"),
+        "data_fingerprint": run.get("data_fingerprint"),
+        "machine": machine(),
+        "versions": {
+            **{k: v for k, v in run.get("libraries", {}).items() if k in LIBRARIES},
+            "copier": metadata.version("copier"),
+        },
+        "template": template_version(),
+        "date": run.get("start_time"),
+    }
+    (project / RESULTS_DIR).mkdir()
+    shutil.copyfile(out / "curves.png", project / CURVES_PNG)
+    (project / RESULTS_JSON).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    (project / RESULTS_MD).write_text(results_text(record), encoding="utf-8")
+    return summary
+
+
+def baseline_description(task_py: Path) -> str:
+    """What the baseline predicts, from the opening of the `baseline` docstring in task.py."""
+    tree = ast.parse(task_py.read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "baseline":
+            doc = " ".join((ast.get_docstring(node) or "").split())
+            # Up to the first full stop or colon: the details after them belong in task.py.
+            return re.split(r"\. |: ", doc)[0].rstrip(".") if doc else "the trivial baseline"
+    return "the trivial baseline"
+
+
+def machine() -> dict[str, Any]:
+    """The machine a run was on, as RESULTS.md names it."""
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    return {
+        "platform": platform.platform(),
+        "cpu": _cpu_model() or platform.machine(),
+        "cpus": len(cpus) if cpus else os.cpu_count(),
+    }
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def template_version() -> str:
+    """The template commit the references were rendered from, `-dirty` with uncommitted changes."""
+    command = ["git", "describe", "--tags", "--always", "--dirty"]
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    return result.stdout.strip() or "unknown"
+
+
+# --- the text of RESULTS.md and of the index
+
+
+def results_text(record: dict[str, Any]) -> str:
+    s = record["summary"]
+    throughput = f"{s['samples_per_s']:,.0f} samples/s" if s.get("samples_per_s") else "n/a"
+    versions = ", ".join(f"{name} {version}" for name, version in record["versions"].items())
+    m = record["machine"]
+    count = record["processes"]
+    processes_on = f"{count} process{'es' if count > 1 else ''} on {record['device']}"
+    best = ""
+    if s.get("best_value") is not None:
+        best = f"; best {s['best_value']:.4f} at step {s['best_step']}"
+    return f"""# Results: {record["project_name"]}
+
+What this project's default run achieves: trained once on a CPU, exactly as rendered, by
+`python -m generator references sync` in the template repository. The numbers change from
+machine to machine; every other file of the project is checked to be what the template
+renders today (`python -m generator references check`).
+
+| | |
+|---|---|
+| validation {s["metric"]} | **{s["value"]:.4f}**{best} |
+| trivial baseline | {s["baseline_value"]:.4f}: {record["baseline"]} |
+| steps, epochs | {s["steps"]}, {s["epochs"]:g} |
+| training time | {s["wall_s"]:.1f} s (the whole process {record["process_s"]:.1f} s) |
+| throughput | {throughput} |
+| peak memory | {s["peak_mem_mb"]:.0f} MB per process |
+
+![Loss and validation {s["metric"]} by step, with the trivial baseline]({CURVES_PNG})
+
+## How it ran
+
+```
+{record["command"]}
+```
+
+- Machine: {m["platform"]}, {m["cpu"]}, {m["cpus"]} CPUs; {processes_on}.
+- Versions: {versions}; template {record["template"]}.
+- Seed {record["seed"]}, data fingerprint `{record["data_fingerprint"]}`, started \
+{record["date"]}.
+
+`{RESULTS_JSON}` holds these figures as JSON; the run's own outputs (checkpoints, metrics,
+config) are not kept here: the command above writes them again.
+"""
+
+
+def index_text(refs: Sequence[Reference], root: Path) -> str:
+    """reference_projects/README.md: a table of the references and their results."""
+    space = load_space()
+    defaults = space.defaults()
+    rows = []
+    for ref in refs:
+        answers = {k: v for k, v in ref.answers.items() if k in defaults and k != "task_type"}
+        differ = ", ".join(f"{k}={answer_text(v)}" for k, v in answers.items() if v != defaults[k])
+        results = root / ref.name / RESULTS_JSON
+        cells = ["not synced"] + [""] * 3
+        if results.is_file():
+            s = json.loads(results.read_text(encoding="utf-8"))["summary"]
+            better = "higher" if s["higher_is_better"] else "lower"
+            cells = [
+                f"{s['metric']} ({better} is better)",
+                f"{s['value']:.4f}",
+                f"{s['baseline_value']:.4f}",
+                f"{s['wall_s']:.1f} s",
+            ]
+        link = f"[{ref.name}]({ref.name}/) ([results]({ref.name}/{RESULTS_MD}))"
+        task = ref.answers["task_type"]
+        rows.append(f"| {link} | {task} | {differ or 'defaults'} | {' | '.join(cells)} |")
+    table = "\n".join(rows)
+    return f"""# Reference projects
+
+Worked examples: each folder is a project rendered from this template exactly as `copier
+copy` produces it today, one per task type with the default answers, and one with every
+option on. Each project's README explains its design choices (why this model, this loss,
+these defaults); its RESULTS.md shows what its default run achieves, trained once on a CPU
+(the training time is the run's own, without start-up, on the machine RESULTS.md names).
+
+| project | task | answers besides the defaults | metric | value | baseline | training time |
+|---|---|---|---|---|---|---|
+{table}
+
+These folders are generated, never edited by hand. `python -m generator references sync`
+renders each project, trains it with its default run on the CPU and writes its RESULTS.md,
+`results/` and this index; `python -m generator references check` renders them again into a
+temporary folder and fails, listing the files, when any differs from what is committed here
+(the results excepted). The repository's tests run the check, so a change to the template
+lands together with its re-synced reference projects. In `.copier-answers.yml`, `_src_path`
+is `../..` (this repository, so `copier update` run inside a reference project reaches it)
+and `_commit` is `HEAD`, the commit that holds the file.
+"""
