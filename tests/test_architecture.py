@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
 from generator import REPO_ROOT
+from generator.answers import load_space
+from generator.render import many_renders, package_of, render
 
 MAX_MODULE_LINES = 300
 
@@ -19,4 +27,58 @@ def test_generator_modules_are_at_most_300_lines() -> None:
     assert not too_long, (
         f"generator modules over {MAX_MODULE_LINES} lines (split each by its jobs): "
         + "; ".join(too_long)
+    )
+
+
+# The template's training loop: train.py.jinja decides little by answer (an `{% if %}` or
+# `{% elif %}` tag each decision), and every render's train.py and its train() stay short
+# enough to read in one sitting; the other choices live in files of their own.
+MAX_TRAIN_TAGS = 25
+MAX_TRAIN_LINES = 300
+MAX_TRAIN_FUNCTION_LINES = 120
+TRAIN_TEMPLATE = REPO_ROOT / "template" / "src" / "{{package_name}}" / "train.py.jinja"
+
+
+def decision_tags(text: str) -> int:
+    return len(re.findall(r"{%-?\s*(?:if|elif)\b", text))
+
+
+def test_train_template_has_at_most_25_decisions() -> None:
+    tags = decision_tags(TRAIN_TEMPLATE.read_text(encoding="utf-8"))
+    assert tags <= MAX_TRAIN_TAGS, f"train.py.jinja has {tags} if/elif tags"
+
+
+def function_lines(source: str, name: str) -> int:
+    node = next(
+        node
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef) and node.name == name
+    )
+    return node.end_lineno - node.lineno + 1
+
+
+# The answers that add lines to train.py, all at once, for every task: the longest renders,
+# and the plainest (single, no option) beside them.
+LOADED = {"distributed": "multi", "mixed_precision": "fp16", "compile": True}
+LOADED |= {"export_target": "onnx", "tracker": "wandb"}
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["plain", "loaded"])
+def test_every_task_renders_a_short_train_py(tmp_path: Path, loaded: bool) -> None:
+    space = load_space()
+    task_axis = next(axis for axis in space.axes if axis.name == "task_type")
+    sizes = {}
+    with many_renders():
+        for task in task_axis.choices:
+            answers = space.defaults() | {"task_type": task} | (LOADED if loaded else {})
+            project = render(answers, tmp_path / task)
+            source = (project / "src" / package_of(project) / "train.py").read_text()
+            sizes[task] = (len(source.splitlines()), function_lines(source, "train"))
+    too_long = {
+        task: size
+        for task, size in sizes.items()
+        if size[0] > MAX_TRAIN_LINES or size[1] > MAX_TRAIN_FUNCTION_LINES
+    }
+    assert not too_long, f"(train.py lines, train() lines) over ({MAX_TRAIN_LINES}, " + (
+        f"{MAX_TRAIN_FUNCTION_LINES}): {too_long}"
     )
