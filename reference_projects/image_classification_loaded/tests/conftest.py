@@ -1,13 +1,15 @@
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
-from PIL import Image
 
 from image_classification_loaded.config import load_config
 from image_classification_loaded.train import main as train
+
+# The task's data for the tests: the embedded data's arguments, small datasets in the
+# user's format (tests/data_fixtures.py).
+pytest_plugins = ["data_fixtures"]
 
 
 def reset_accelerate_state() -> None:
@@ -66,6 +68,13 @@ def short_run_in():
 
 
 @pytest.fixture(scope="session")
+def fast_dev_run():
+    """A fast dev run's arguments, for tests of what a run reads and writes."""
+    # Compiling costs tens of seconds a run; test_train's fast dev run compiles the model.
+    return ["--fast_dev_run", "--compile", "false"]
+
+
+@pytest.fixture(scope="session")
 def exported(tmp_path_factory):
     """A fast dev run's 4 steps, ending with the verified export, in outputs/run, where the
     README's examples read it (a fast dev run itself writes into outputs/run/fast-dev-run)."""
@@ -80,46 +89,3 @@ def exported(tmp_path_factory):
 @pytest.fixture
 def cfg():
     return load_config([])
-
-
-@pytest.fixture(scope="session")
-def embedded_args():
-    """Arguments for the embedded data where a test needs epochs of at most 13 steps."""
-    return ["--batch_size", "128"]  # the digits' 1,437 training images make 12 steps
-
-
-@pytest.fixture(scope="session")
-def user_data():
-    """Arguments that train on a small dataset in the user's format, written under `root`:
-    image files in class folders, decoded by 2 loader workers. 9 steps make an epoch."""
-
-    def args(root: Path) -> list[str]:
-        data_dir = _image_folder(root / "images", per_class=48)
-        fields = {"data_dir": data_dir, "image_size": 16, "batch_size": 8, "num_workers": 2}
-        return [f"--{name}={value}" for name, value in fields.items()]
-
-    return args
-
-
-@pytest.fixture(scope="session")
-def make_image_folder():
-    return _image_folder
-
-
-def _image_folder(root, classes=("circle", "square"), per_class=12, size=16):
-    """A tiny dataset of bright shapes on dark backgrounds, one folder per class."""
-    rng = np.random.default_rng(0)
-    for label, name in enumerate(classes):
-        (root / name).mkdir(parents=True)
-        for index in range(per_class):
-            pixels = rng.integers(0, 40, (size, size, 3), dtype=np.uint8)
-            y, x = np.mgrid[:size, :size]
-            centre = size / 2
-            shape = (
-                (y - centre) ** 2 + (x - centre) ** 2 < (size / 3) ** 2
-                if label == 0
-                else (abs(y - centre) < size / 3) & (abs(x - centre) < size / 3)
-            )
-            pixels[shape] = 220
-            Image.fromarray(pixels).save(root / name / f"{index}.png")
-    return root

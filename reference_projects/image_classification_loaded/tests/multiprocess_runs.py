@@ -22,7 +22,7 @@ import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
 from torch import distributed, nn
 
-from image_classification_loaded import train
+from image_classification_loaded import optim, train
 from image_classification_loaded.utils.monitor import Preemption
 
 
@@ -105,7 +105,7 @@ def main(plan_path: str) -> None:
     writes: list[str] = []
     watch_writes(plan["root"], writes)
     train.build_model = without_batchnorm(train.build_model)
-    learning_rate = train.learning_rate
+    learning_rate = optim.learning_rate
     # One process group for every run, as set up by the first (with its dist_timeout_s):
     # a run ends by closing it, which here would leave the next runs none to join.
     PartialState.destroy_process_group = lambda self, group=None: None
@@ -113,7 +113,7 @@ def main(plan_path: str) -> None:
     for run in plan["runs"]:
         steps: list[int] = []
         sigterm_step = run["sigterm_during_step"][rank] if "sigterm_during_step" in run else None
-        train.learning_rate = watch_steps(learning_rate, steps, sigterm_step)
+        optim.learning_rate = watch_steps(learning_rate, steps, sigterm_step)
         exit_code = 0
         try:
             train.main(run["args"])

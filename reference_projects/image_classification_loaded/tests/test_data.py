@@ -53,7 +53,7 @@ def test_image_folder_uses_the_same_preprocessing(tmp_path, make_image_folder):
         assert torch.equal(image, data.preprocess(decoded))
 
 
-def test_training_on_an_image_folder(tmp_path, make_image_folder):
+def test_training_on_an_image_folder(tmp_path, make_image_folder, fast_dev_run):
     root = make_image_folder(tmp_path / "shapes")
     summary = main(
         [
@@ -67,7 +67,7 @@ def test_training_on_an_image_folder(tmp_path, make_image_folder):
             "0",
             "--batch_size",
             "8",
-            "--fast_dev_run",
+            *fast_dev_run,
         ]
     )
     assert summary["steps"] == 2  # 19 training images make 2 full batches of 8

@@ -33,8 +33,8 @@ from image_classification_loaded.train import main as train
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def test_predictions_from_image_files_reproduce_the_evaluation(tmp_path, capsys):
-    summary = train(["--output_dir", str(tmp_path), "--fast_dev_run"])
+def test_predictions_from_image_files_reproduce_the_evaluation(tmp_path, capsys, fast_dev_run):
+    summary = train(["--output_dir", str(tmp_path), *fast_dev_run])
     model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
     digits = load_digits()
     _, val_idx = stratified_split(digits.target, val_fraction=0.2)

@@ -5,7 +5,10 @@ import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
 
 from language_modeling.config import load_config
-from language_modeling.data import embedded_text
+
+# The task's data for the tests: the embedded data's arguments, small datasets in the
+# user's format (tests/data_fixtures.py).
+pytest_plugins = ["data_fixtures"]
 
 
 def reset_accelerate_state() -> None:
@@ -65,44 +68,12 @@ def short_run_in():
     return args
 
 
+@pytest.fixture(scope="session")
+def fast_dev_run():
+    """A fast dev run's arguments, for tests of what a run reads and writes."""
+    return ["--fast_dev_run"]
+
+
 @pytest.fixture
 def cfg():
     return load_config([])
-
-
-@pytest.fixture(scope="session")
-def embedded_args():
-    """Arguments for the embedded data where a test needs epochs of at most 13 steps."""
-    # The first 12 KB of the docs: 10.8 KB of training text make 10 steps of 32 windows; the
-    # default run is two epochs, so ask for enough of them. A two-layer model: these tests
-    # run the same 30 steps several times, and resuming exactly does not depend on its size.
-    return ["--corpus_bytes", "12000", "--epochs", "10", "--width", "64", "--layers", "2"]
-
-
-@pytest.fixture(scope="session")
-def user_data():
-    """Arguments that train on a small dataset in the user's format, written under `root`:
-    a folder of three .txt files, 6 KB of text. 10 steps of 16 windows make an epoch; the
-    model is embedded_args' two layers."""
-
-    def args(root: Path) -> list[str]:
-        data_dir = _text_folder(root / "texts", files=3, size=2000)
-        fields = {"data_dir": data_dir, "batch_size": 16, "epochs": 10, "width": 64, "layers": 2}
-        return [f"--{name}={value}" for name, value in fields.items()]
-
-    return args
-
-
-@pytest.fixture(scope="session")
-def make_text_folder():
-    return _text_folder
-
-
-def _text_folder(root: Path, files: int = 3, size: int = 2000) -> Path:
-    """`files` UTF-8 .txt files of `size` characters each: passages of the Python docs."""
-    root.mkdir(parents=True)
-    text = embedded_text()
-    for index in range(files):
-        start = 50_000 * (index + 1)
-        (root / f"part{index}.txt").write_text(text[start : start + size], encoding="utf-8")
-    return root

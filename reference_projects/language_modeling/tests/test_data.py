@@ -95,7 +95,7 @@ def test_a_folder_of_text_files_is_read_in_sorted_order(tmp_path):
     assert torch.equal(data.train_targets, train_ids)
 
 
-def test_training_on_a_folder_of_text(tmp_path, make_text_folder):
+def test_training_on_a_folder_of_text(tmp_path, make_text_folder, fast_dev_run):
     root = make_text_folder(tmp_path / "texts", files=1, size=3000)
     summary = main(
         [
@@ -105,7 +105,7 @@ def test_training_on_a_folder_of_text(tmp_path, make_text_folder):
             str(root),
             "--batch_size",
             "8",
-            "--fast_dev_run",
+            *fast_dev_run,
         ]
     )
     assert summary["steps"] == 4

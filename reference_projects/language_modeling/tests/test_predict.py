@@ -15,8 +15,8 @@ from language_modeling.predict import (
 from language_modeling.train import main as train
 
 
-def test_scoring_the_validation_text_reproduces_the_evaluation(tmp_path, capsys):
-    summary = train(["--output_dir", str(tmp_path), "--fast_dev_run"])
+def test_scoring_the_validation_text_reproduces_the_evaluation(tmp_path, capsys, fast_dev_run):
+    summary = train(["--output_dir", str(tmp_path), *fast_dev_run])
     model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
     model, preprocess = load_trained(model_dir)
     _, val_ids = split(preprocess.encode(embedded_text()), val_fraction=0.1)
@@ -30,8 +30,8 @@ def test_scoring_the_validation_text_reproduces_the_evaluation(tmp_path, capsys)
     assert capsys.readouterr().out.strip() == f"{path}\t{score:.4f} bits/char"
 
 
-def test_text_too_short_to_score_is_a_one_line_error(tmp_path):
-    train(["--output_dir", str(tmp_path), "--fast_dev_run", "--corpus_bytes", "20000"])
+def test_text_too_short_to_score_is_a_one_line_error(tmp_path, fast_dev_run):
+    train(["--output_dir", str(tmp_path), *fast_dev_run, "--corpus_bytes", "20000"])
     model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
     path = tmp_path / "one.txt"
     path.write_text("x")

@@ -14,7 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
-from language_modeling import train
+from language_modeling import state, train
 from language_modeling.train import main
 from language_modeling.utils.records import run_info
 
@@ -58,7 +58,7 @@ def test_an_interrupted_run_has_no_end_time(short_run, tmp_path, monkeypatch):
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(train, "save_checkpoint", interrupt)
+    monkeypatch.setattr(state, "save_checkpoint", interrupt)
     with pytest.raises(KeyboardInterrupt):
         main(short_run())
     assert "end_time" not in json.loads((tmp_path / "run" / "run.json").read_text())

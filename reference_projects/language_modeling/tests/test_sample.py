@@ -13,9 +13,9 @@ from language_modeling.train import main as train
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
+def model_dir(tmp_path_factory, fast_dev_run):
     run_dir = tmp_path_factory.mktemp("sample") / "run"
-    train(["--output_dir", str(run_dir), "--fast_dev_run", "--corpus_bytes", "20000"])
+    train(["--output_dir", str(run_dir), *fast_dev_run, "--corpus_bytes", "20000"])
     return run_dir / FAST_DEV_RUN_DIR / "model"
 
 

@@ -3,10 +3,12 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
-from PIL import Image
 
 from semantic_segmentation.config import load_config
-from semantic_segmentation.data import synthetic_shapes
+
+# The task's data for the tests: the embedded data's arguments, small datasets in the
+# user's format (tests/data_fixtures.py).
+pytest_plugins = ["data_fixtures"]
 
 
 def reset_accelerate_state() -> None:
@@ -65,43 +67,12 @@ def short_run_in():
     return args
 
 
+@pytest.fixture(scope="session")
+def fast_dev_run():
+    """A fast dev run's arguments, for tests of what a run reads and writes."""
+    return ["--fast_dev_run"]
+
+
 @pytest.fixture
 def cfg():
     return load_config([])
-
-
-@pytest.fixture(scope="session")
-def embedded_args():
-    """Arguments for the embedded data where a test needs epochs of at most 13 steps."""
-    # 200 shapes at 16x16 pixels: 160 training images make 10 steps of 16.
-    return ["--num_images", "200", "--image_size", "16", "--batch_size", "16"]
-
-
-@pytest.fixture(scope="session")
-def user_data():
-    """Arguments that train on a small dataset in the user's format, written under `root`:
-    32x32 PNG images and masks, resized to 16x16 and decoded by 2 loader workers. 9 steps
-    make an epoch."""
-
-    def args(root: Path) -> list[str]:
-        data_dir = _segmentation_folder(root / "shapes", count=96)
-        fields = {"data_dir": data_dir, "image_size": 16, "batch_size": 8, "num_workers": 2}
-        return [f"--{name}={value}" for name, value in fields.items()]
-
-    return args
-
-
-@pytest.fixture(scope="session")
-def make_segmentation_folder():
-    return _segmentation_folder
-
-
-def _segmentation_folder(root: Path, count: int = 24, suffix: str = ".png") -> Path:
-    """`count` synthetic 32x32 shapes as root/images/NNN{suffix} and root/masks/NNN.png."""
-    images, masks = synthetic_shapes(count, seed=1)  # not the embedded dataset's seed
-    (root / "images").mkdir(parents=True)
-    (root / "masks").mkdir()
-    for index, (image, mask) in enumerate(zip(images, masks, strict=True)):
-        Image.fromarray(image).save(root / "images" / f"{index:03d}{suffix}")
-        Image.fromarray(mask).save(root / "masks" / f"{index:03d}.png")
-    return root

@@ -8,13 +8,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from semantic_segmentation import task
+from semantic_segmentation import evaluate, state, task
 from semantic_segmentation import train as train_module
 from semantic_segmentation.config import FAST_DEV_RUN_DIR
-from semantic_segmentation.train import (
-    main,
-    release_cached_memory,
-)
+from semantic_segmentation.evaluate import release_cached_memory
+from semantic_segmentation.train import main
 from semantic_segmentation.utils.seed import seed_everything
 
 
@@ -85,8 +83,8 @@ def test_throughput_leaves_out_evaluation_and_checkpoints(short_run, tmp_path, m
     of each log record and of the summary, count training steps only."""
     clock, pause_s = FakeClock(), 100.0
     monkeypatch.setattr(time, "perf_counter", clock)
-    for name in ("evaluate", "save_checkpoint"):
-        monkeypatch.setattr(train_module, name, clock.taking(pause_s, getattr(train_module, name)))
+    for module, name in ((train_module, "evaluate"), (state, "save_checkpoint")):
+        monkeypatch.setattr(module, name, clock.taking(pause_s, getattr(module, name)))
     summary = main(short_run("--eval_every", "1", "--checkpoint_every", "1"))
     steps = summary["steps"]
     assert min(summary["eval_s"], summary["checkpoint_s"]) >= steps * pause_s
@@ -112,13 +110,13 @@ def test_same_seed_same_losses_other_seed_other_losses(short_run, tmp_path):
 
 def test_resume_continues_from_the_saved_step(short_run, tmp_path, monkeypatch):
     main(short_run(output_dir=tmp_path / "whole"))
-    save_checkpoint = train_module.save_checkpoint
+    save_checkpoint = state.save_checkpoint
 
     def save_then_die(*args, **kwargs):
         save_checkpoint(*args, **kwargs)
         raise KeyboardInterrupt  # the process dies right after its first checkpoint (step 3)
 
-    monkeypatch.setattr(train_module, "save_checkpoint", save_then_die)
+    monkeypatch.setattr(state, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
         main(short_run(output_dir=tmp_path / "resumed"))
     monkeypatch.undo()
@@ -144,7 +142,7 @@ def test_cudnn_autotunes_only_where_the_task_has_static_shapes(short_run):
 
 def test_cached_memory_is_released_around_each_evaluation_only(short_run, monkeypatch):
     released = []
-    monkeypatch.setattr(train_module, "release_cached_memory", released.append)
+    monkeypatch.setattr(evaluate, "release_cached_memory", released.append)
     main(short_run())  # 6 steps, evaluated at steps 3 and 6
     assert len(released) == 2 * 2, "before and after each evaluation, never on a step"
     freed = []

@@ -86,10 +86,10 @@ def test_val_csv_with_other_columns_is_refused(tmp_path, make_table):
         build_datasets(load_config(["--data_dir", str(tmp_path), "--target_column", "y"]))
 
 
-def test_training_on_a_csv_file(tmp_path, make_table):
+def test_training_on_a_csv_file(tmp_path, make_table, fast_dev_run):
     make_table(tmp_path / "train.csv")
     args = ["--data_dir", str(tmp_path), "--target_column", "y", "--batch_size", "16"]
-    summary = main(["--output_dir", str(tmp_path / "run"), *args, "--fast_dev_run"])
+    summary = main(["--output_dir", str(tmp_path / "run"), *args, *fast_dev_run])
     assert summary["steps"] == 4 and summary["metric"] == "r2"
 
 

@@ -30,8 +30,8 @@ def validation_rows(path, columns=None):
     return diabetes.target[val_idx]
 
 
-def test_predictions_from_a_csv_file_reproduce_the_evaluation(tmp_path, capsys):
-    summary = train(["--output_dir", str(tmp_path), "--fast_dev_run"])
+def test_predictions_from_a_csv_file_reproduce_the_evaluation(tmp_path, capsys, fast_dev_run):
+    summary = train(["--output_dir", str(tmp_path), *fast_dev_run])
     model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
     targets = validation_rows(tmp_path / "rows.csv")
 
@@ -44,8 +44,10 @@ def test_predictions_from_a_csv_file_reproduce_the_evaluation(tmp_path, capsys):
     assert capsys.readouterr().out.split() == [f"{value:.6g}" for value in predictions]
 
 
-def test_the_target_column_is_optional_and_columns_may_come_in_any_order(tmp_path, capsys):
-    train(["--output_dir", str(tmp_path), "--fast_dev_run"])
+def test_the_target_column_is_optional_and_columns_may_come_in_any_order(
+    tmp_path, capsys, fast_dev_run
+):
+    train(["--output_dir", str(tmp_path), *fast_dev_run])
     model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
     validation_rows(tmp_path / "all.csv")
     validation_rows(tmp_path / "shuffled.csv", FEATURES[::-1])  # and no target column
@@ -63,8 +65,10 @@ def test_the_target_column_is_optional_and_columns_may_come_in_any_order(tmp_pat
     ],
     ids=["missing-feature", "unknown-column"],
 )
-def test_a_file_that_does_not_fit_the_model_is_a_one_line_error(tmp_path, columns, problem):
-    train(["--output_dir", str(tmp_path), "--fast_dev_run"])
+def test_a_file_that_does_not_fit_the_model_is_a_one_line_error(
+    tmp_path, columns, problem, fast_dev_run
+):
+    train(["--output_dir", str(tmp_path), *fast_dev_run])
     model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
     path = tmp_path / "rows.csv"
     values = np.ones((3, len(columns)))

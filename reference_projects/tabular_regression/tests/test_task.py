@@ -72,8 +72,10 @@ def test_default_model_beats_linear_regression_on_the_same_split(tmp_path, cfg):
     assert summary["value"] > summary["baseline_value"] + 0.3
 
 
-def test_reference_scores_the_baseline_linear_regression_and_a_model(tmp_path, cfg, capsys):
-    summary = main(["--output_dir", str(tmp_path), "--fast_dev_run"])
+def test_reference_scores_the_baseline_linear_regression_and_a_model(
+    tmp_path, cfg, capsys, fast_dev_run
+):
+    summary = main(["--output_dir", str(tmp_path), *fast_dev_run])
     model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
     results = reference([str(model_dir)])
     assert results["mean predictor"]["r2"] == pytest.approx(summary["baseline_value"])

@@ -1,5 +1,3 @@
-import csv
-import json
 from pathlib import Path
 
 import pytest
@@ -7,7 +5,10 @@ import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
 
 from text_classification.config import load_config
-from text_classification.reviews import generate_reviews
+
+# The task's data for the tests: the embedded data's arguments, small datasets in the
+# user's format (tests/data_fixtures.py).
+pytest_plugins = ["data_fixtures"]
 
 
 def reset_accelerate_state() -> None:
@@ -66,48 +67,12 @@ def short_run_in():
     return args
 
 
+@pytest.fixture(scope="session")
+def fast_dev_run():
+    """A fast dev run's arguments, for tests of what a run reads and writes."""
+    return ["--fast_dev_run"]
+
+
 @pytest.fixture
 def cfg():
     return load_config([])
-
-
-@pytest.fixture(scope="session")
-def embedded_args():
-    """Arguments for the embedded data where a test needs epochs of at most 13 steps."""
-    # 4,800 training reviews make 10 steps of 512. A one-layer encoder: these tests run the
-    # same 30 steps several times, and resuming exactly does not depend on the model's size.
-    return ["--batch_size", "512", "--width", "32", "--layers", "1"]
-
-
-@pytest.fixture(scope="session")
-def user_data():
-    """Arguments that train on a small dataset in the user's format, written under `root`:
-    a folder with train.csv, 200 reviews, batched by 2 loader workers. 10 steps of 16 make an
-    epoch; the model is embedded_args' one layer."""
-
-    def args(root: Path) -> list[str]:
-        train = _text_file(root / "reviews" / "train.csv", *generate_reviews(200, seed=1))
-        fields = {"data_dir": train.parent, "batch_size": 16, "num_workers": 2}
-        fields |= {"width": 32, "layers": 1}
-        return [f"--{name}={value}" for name, value in fields.items()]
-
-    return args
-
-
-@pytest.fixture(scope="session")
-def make_text_file():
-    return _text_file
-
-
-def _text_file(path: Path, texts: list[str], labels: list, fields=("text", "label")) -> Path:
-    """Texts and labels as a CSV file with a header, or as JSONL: one object per line."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rows = [dict(zip(fields, row, strict=True)) for row in zip(texts, labels, strict=True)]
-    if path.suffix == ".jsonl":
-        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    else:
-        with path.open("w", newline="") as file:
-            writer = csv.DictWriter(file, fieldnames=fields)
-            writer.writeheader()
-            writer.writerows(rows)
-    return path

@@ -181,7 +181,7 @@ def test_bad_fields_are_refused_before_training(argv, field):
         load_config(argv)
 
 
-def test_training_on_a_user_file(tmp_path, make_text_file):
+def test_training_on_a_user_file(tmp_path, make_text_file, fast_dev_run):
     make_text_file(tmp_path / "data" / "train.jsonl", *generate_reviews(100, seed=3))
     summary = main(
         [
@@ -191,7 +191,7 @@ def test_training_on_a_user_file(tmp_path, make_text_file):
             str(tmp_path / "data"),
             "--batch_size",
             "16",
-            "--fast_dev_run",
+            *fast_dev_run,
         ]
     )
     assert summary["steps"] == 4  # 80 training texts: 5 batches of 16, the dev run stops at 4

@@ -12,8 +12,8 @@ from text_classification.predict import (
 from text_classification.train import main as train
 
 
-def test_predictions_from_raw_texts_reproduce_the_evaluation(tmp_path, capsys):
-    summary = train(["--output_dir", str(tmp_path), "--fast_dev_run"])
+def test_predictions_from_raw_texts_reproduce_the_evaluation(tmp_path, capsys, fast_dev_run):
+    summary = train(["--output_dir", str(tmp_path), *fast_dev_run])
     model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
     val = build_datasets(load_config([])).val
     model, preprocess = load_trained(model_dir)

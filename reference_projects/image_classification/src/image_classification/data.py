@@ -18,7 +18,7 @@ from sklearn.model_selection import train_test_split
 from torch.utils.data import Dataset
 
 from .config import ConfigError, TrainConfig
-from .loaders import SPLIT_SEED, Datasets, TensorData, fingerprint
+from .loaders import SPLIT_SEED, Datasets, TensorData, fingerprint, first_batches_only
 
 IMAGE_SUFFIXES = {".bmp", ".gif", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp"}
 # Images decoded to estimate the normalisation constants of a folder dataset.
@@ -71,24 +71,15 @@ class ImageFolderData(Dataset):
         with Image.open(self.paths[index]) as image:
             return self.preprocess(image), self.targets[index]
 
+    def first(self, size: int) -> "ImageFolderData":
+        return ImageFolderData(self.paths[:size], self.targets[:size], self.preprocess)
+
 
 def build_datasets(cfg: TrainConfig) -> Datasets:
     datasets = _digits(cfg) if cfg.data_dir is None else _image_folder(cfg, Path(cfg.data_dir))
     if cfg.overfit_batches:
-        datasets = _first_batches_only(datasets, cfg.overfit_batches * cfg.batch_size)
+        datasets = first_batches_only(datasets, cfg.overfit_batches * cfg.batch_size)
     return datasets
-
-
-def _first_batches_only(datasets: Datasets, size: int) -> Datasets:
-    """Train and evaluate on the same few samples: a model that cannot fit them has a bug."""
-    if isinstance(datasets.train, TensorData):
-        subset = TensorData(datasets.train.inputs[:size], datasets.train.targets[:size])
-    else:
-        subset = ImageFolderData(
-            datasets.train.paths[:size], datasets.train.targets[:size], datasets.preprocess
-        )
-    targets = datasets.train_targets[:size]
-    return Datasets(subset, subset, datasets.preprocess, targets, targets, datasets.fingerprint)
 
 
 def _digits(cfg: TrainConfig) -> Datasets:

@@ -1,11 +1,17 @@
-"""Optimizer and learning-rate schedule (linear warmup, then cosine decay to zero)."""
+"""Optimizer, learning-rate schedule (linear warmup, then cosine decay to zero) and the
+optimizer step that the training loop and tune.py both run."""
 
 import math
+import time
+from collections.abc import Iterator
 
 import torch
+from accelerate import Accelerator
 from torch import nn
 
+from . import task
 from .config import TrainConfig
+from .utils.monitor import LogWindow
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -41,3 +47,53 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int) -> float:
         return (step + 1) / (warmup_steps + 1)
     decay_steps = max(1, total_steps - warmup_steps)
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warmup_steps) / decay_steps)))
+
+
+def prepare(
+    accelerator: Accelerator, model: nn.Module, optimizer: torch.optim.Optimizer
+) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """The model as Accelerate runs it; the optimizer stays plain: its step has no overhead."""
+    return accelerator.prepare(model), optimizer
+
+
+class TrainStep:
+    """One optimizer step: forward and backward over a group of micro-batches, gradients
+    accumulated, then clipping, the scheduled learning rate and the update. Losses, samples
+    and the wait for batches go to the log window."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        accelerator: Accelerator,
+        cfg: TrainConfig,
+        total_steps: int,
+    ):
+        self.model, self.optimizer, self.accelerator = model, optimizer, accelerator
+        self.cfg, self.total_steps = cfg, total_steps
+
+    def __call__(
+        self, micro_batches: Iterator, group: int, step: int, window: LogWindow
+    ) -> tuple[torch.Tensor, float]:
+        """Train step `step` (0-based) on the next `group` micro-batches: the gradient norm
+        before clipping, and the learning rate. Each loss is divided by the group's size, as
+        an epoch's last group may be short."""
+        device = self.accelerator.device
+        for _ in range(group):
+            fetch_start = time.perf_counter()
+            inputs, targets = next(micro_batches)
+            inputs = inputs.to(device, non_blocking=True)
+            targets = targets.to(device, non_blocking=True)
+            window.data_s += time.perf_counter() - fetch_start
+            loss = task.compute_loss(self.model(inputs), targets) / group
+            self.accelerator.backward(loss)
+            window.add_loss(loss.detach())
+            window.samples += len(targets)
+        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        lr = learning_rate(step, self.cfg, self.total_steps)
+        for param_group in self.optimizer.param_groups:
+            param_group["lr"] = lr
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        window.end_step()
+        return grad_norm, lr

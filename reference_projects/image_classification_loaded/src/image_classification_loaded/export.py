@@ -12,7 +12,6 @@ the tolerance below. An artifact that disagrees is an error (exit code 1), and i
 replaces an export that was verified.
 """
 
-import argparse
 import json
 import os
 import sys
@@ -20,7 +19,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, fields, replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -31,6 +30,7 @@ from .checkpoint import CONFIG, MODEL, PROGRESS, CheckpointError, load_checkpoin
 from .config import ConfigError, TrainConfig, load_config
 from .data import Preprocess
 from .model import build_model
+from .utils.cli import Parser
 
 # Exported with a batch of 2: torch.export treats sizes 0 and 1 as constants. Verified with
 # other sizes, so an artifact whose batch size was frozen at the example's cannot pass.
@@ -218,14 +218,8 @@ def _with_overrides(cfg: TrainConfig, overrides: dict[str, str]) -> TrainConfig:
     return replace(cfg, **{name: getattr(parsed, name) for name in overrides})
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        usage = " ".join(self.format_usage().split())
-        raise SystemExit(f"error: {message} ({usage})")
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+def _parser() -> Parser:
+    parser = Parser(
         prog="python -m image_classification_loaded.export",
         description="Export a checkpoint and verify the artifact against PyTorch.",
     )

@@ -2,74 +2,55 @@
 
     python -m image_classification_loaded.train [--config FILE] [--field value ...]
 
-`train()` reads top to bottom: config, seed and device, data, model, optimizer and
-schedule, resume, the loop (step, periodic evaluation, periodic checkpoint), then the final
-save and summary. Every field is described in config.py.
+`train()` reads top to bottom: config; the Accelerator, seed and device; data; where the
+run starts (a new run or a checkpoint to resume); model, optimizer and the resumed state; the
+loop (step, periodic evaluation, periodic checkpoint); then the final save and summary.
+Every field is described in config.py.
 """
 
 import logging
 import math
 import sys
-import time
-from contextlib import nullcontext
-from dataclasses import asdict
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import InitProcessGroupKwargs
 from torch import nn
-from tqdm import tqdm
 
 from . import task
-from .checkpoint import (
-    CONFIG,
-    DATA,
-    MODEL,
-    OPTIMIZER,
-    RNG,
-    CheckpointError,
-    Progress,
-    checkpoint_to_resume,
-    gather_rng_states,
-    load_model_state,
-    restore_rng_states,
-    save_checkpoint,
-    save_weights,
-)
-from .config import ConfigError, TrainConfig, apply_fast_dev_run, load_config, save_config
+from .checkpoint import CheckpointError, Progress
+from .config import ConfigError, TrainConfig, apply_fast_dev_run, load_config
 from .data import build_datasets
+from .evaluate import evaluate
 from .export import ExportError, describe, export_run
 from .loaders import build_loaders
 from .model import build_model
-from .optim import build_optimizer, learning_rate
-from .resume import check_resume, resumed_progress
-from .utils.curves import plot_curves
-from .utils.distributed import (
-    DiscardedLog,
-    GlobalLogWindow,
-    SharedPreemption,
-    broadcast_buffers,
-    check_launch,
-    on_main_process,
-    sum_over_processes,
-    sync_batchnorm,
-)
+from .optim import TrainStep, build_optimizer, prepare
+from .resume import resume_point
+from .state import TrainingState
+from .utils.distributed import sync_batchnorm
 from .utils.modules import UnregisteredModuleError, assert_modules_registered
-from .utils.monitor import Preempted, Preemption, Throughput, TrainingClock, TrainingDiverged
-from .utils.profiling import build_profiler
-from .utils.records import (
-    MetricsLog,
-    complete_run_info,
-    peak_memory_mb,
-    run_info,
-    unwritable_reason,
-    write_json,
+from .utils.monitor import (
+    Preempted,
+    Preemption,
+    Throughput,
+    TrainingClock,
+    TrainingDiverged,
 )
+from .utils.processes import (
+    on_main_process,
+    open_metrics_log,
+    preemption,
+    progress_bar,
+    start_accelerator,
+    start_log_window,
+)
+from .utils.profiling import build_profiler
+from .utils.records import finish_run_folder, peak_memory_mb, start_run_folder
 from .utils.seed import seed_everything
-from .utils.tracking import start_tracker, tracked
+from .utils.tracker_run import tracked
+from .utils.tracking import start_tracker
 
 log = logging.getLogger("image_classification_loaded")
 
@@ -96,25 +77,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.fast_dev_run:
         cfg = apply_fast_dev_run(cfg)
     output_dir = Path(cfg.output_dir)
-    checkpoint_dir = output_dir / "checkpoints"
 
-    # --- processes, seed and device
-    # The process group is set up here, from the launcher's environment, before the model
-    # exists. A collective that some process never reaches fails after dist_timeout_s.
-    group_options = InitProcessGroupKwargs(timeout=timedelta(seconds=cfg.dist_timeout_s))
-    accelerator = Accelerator(
-        cpu=cfg.cpu,
-        mixed_precision="bf16",
-        kwargs_handlers=[group_options],
-        log_with="tensorboard",  # started by start_tracker(), just before the loop
-        project_dir=output_dir,
-    )
-    check_launch(accelerator)
-    main_process = accelerator.is_main_process  # the one process that logs and writes files
-    _configure_logging(main_process)
+    # --- the Accelerator, seed and device
+    accelerator = start_accelerator(cfg)
     device = accelerator.device
-    # Dropout and loader workers draw differently on each process; the initial weights are
-    # rank 0's (DDP broadcasts them) and the batch order follows cfg.seed alone (loaders.py).
+    # Dropout and loader workers differ by process; weights and batch order do not (DDP, loaders.py)
     rank_seed = (cfg.seed + accelerator.process_index) % 2**32
     data_generator = seed_everything(rank_seed, cfg.deterministic, not task.DYNAMIC_SHAPES)
     torch.autograd.set_detect_anomaly(cfg.detect_anomaly)
@@ -125,140 +92,49 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         cfg, datasets, device, data_generator, accelerator.process_index, accelerator.num_processes
     )
     batches_per_epoch = len(train_loader)
-    steps_per_epoch = math.ceil(batches_per_epoch / cfg.grad_accum_steps)
-    total_steps = cfg.epochs * steps_per_epoch
-    if cfg.max_steps:
-        total_steps = min(total_steps, cfg.max_steps)
+    total_steps = _total_steps(cfg, batches_per_epoch)
     baseline_value = task.baseline(datasets.train_targets, datasets.val_targets)
 
     # --- resume: a checkpoint of another run is refused here, before anything is written
-    progress, state = Progress(), None
-    resume_from = checkpoint_to_resume(cfg.resume, checkpoint_dir)
-    if resume_from:
-        path, state = resume_from
-        for note in check_resume(path, state, cfg, datasets.fingerprint, accelerator.num_processes):
-            log.warning("%s", note)
-        progress = resumed_progress(
-            state, cfg, datasets.fingerprint, accelerator.num_processes, batches_per_epoch
-        )
-        log.info("resuming from %s at step %d", path, progress.step)
-        if progress.total_steps not in (0, total_steps):
-            log.info(
-                "the run now ends at step %d instead of %d: the learning-rate decay is "
-                "stretched to the new end from here on",
-                total_steps,
-                progress.total_steps,
-            )
-    progress.total_steps = total_steps
-    on_main_process(accelerator, lambda: _start_run_folder(cfg, datasets.fingerprint, accelerator))
+    progress, resumed_from, state = resume_point(
+        cfg, datasets.fingerprint, accelerator.num_processes, batches_per_epoch, total_steps
+    )
+    on_main_process(accelerator, lambda: start_run_folder(cfg, datasets.fingerprint, accelerator))
 
-    # --- model
+    # --- model, optimizer and the resumed state
     model = build_model(cfg, datasets.preprocess)
     assert_modules_registered(model)  # before the optimizer, which would miss hidden layers
-    model = sync_batchnorm(model, accelerator)  # before prepare() wraps it in DDP
-    model.to(device)
-    raw_model = model  # uncompiled: checkpoints, evaluation and exports use this one
-    # Compile after moving to the device. The first step pays for compilation; timings start
-    # after it. Where the task's batch shapes vary, one shape-generic graph compiled at once
-    # costs less than a static graph for the first shape and a dynamic one at the second.
-    model = torch.compile(model, dynamic=task.DYNAMIC_SHAPES, disable=not cfg.compile)
-
-    # --- optimizer and schedule
+    model, raw_model = _on_device(model, accelerator, cfg)
     optimizer = build_optimizer(raw_model, cfg)
-    # Only the model goes through prepare(): a plain optimizer step has no per-step overhead.
-    model = accelerator.prepare(model)
-
-    # --- the resumed state
+    model, optimizer = prepare(accelerator, model, optimizer)
+    training_state = TrainingState(cfg, accelerator, raw_model, optimizer, data_generator)
     if state:
-        load_model_state(raw_model, state[MODEL], path)
-        optimizer.load_state_dict(state[OPTIMIZER])
-        restore_rng_states(state[RNG], accelerator, data_generator)
+        training_state.restore(state, resumed_from)
         del state  # the checkpoint's copy of every tensor, no longer needed
-    log.info(
-        "%s on %s, world size %d: %d train / %d val samples, %d steps of %d samples "
-        "(batch_size %d x world size %d x grad_accum_steps %d); lr is not scaled with it",
-        task.TASK,
-        device,
-        accelerator.num_processes,
-        len(datasets.train),
-        len(datasets.val),
-        total_steps,
-        cfg.batch_size * accelerator.num_processes * cfg.grad_accum_steps,
-        cfg.batch_size,
-        accelerator.num_processes,
-        cfg.grad_accum_steps,
-    )
-
-    def save(is_best: bool) -> None:
-        progress.window_losses = window.pending_losses()  # raises if the loss diverged
-        states = {
-            MODEL: raw_model.state_dict(),  # no `_orig_mod.` prefixes, loads without compile
-            OPTIMIZER: optimizer.state_dict(),
-            CONFIG: asdict(cfg),
-            DATA: datasets.fingerprint,
-            RNG: gather_rng_states(accelerator, data_generator),  # one entry per process
-        }
-        if main_process:
-            save_checkpoint(checkpoint_dir, progress, states, cfg.keep_checkpoints, is_best)
-        accelerator.wait_for_everyone()  # no process runs ahead of the save, or exits before it
+    log.info("%s on %s: %s", task.TASK, device, _describe(cfg, datasets, accelerator, total_steps))
+    train_step = TrainStep(model, optimizer, accelerator, cfg, total_steps)
 
     # --- the loop
-    run_tracker = start_tracker(accelerator, cfg, progress.step)  # one that can't start stops here
     model.train()
     clock = TrainingClock(device)  # stops during evaluation and checkpoints
     throughput = Throughput(clock)
-    if main_process:
-        metrics_log = MetricsLog(output_dir / "metrics.jsonl", resume_step=progress.step)
-    else:
-        metrics_log = DiscardedLog()
-    progress_bar = tqdm(
-        total=total_steps,
-        initial=progress.step,
-        unit="step",
-        dynamic_ncols=True,
-        disable=not main_process,
-    )
-    window_start = progress.step - len(progress.window_losses)
-    window = GlobalLogWindow(
-        accelerator, cfg.log_every, device, window_start, progress.window_losses, clock
-    )
-    micro_batches = None
-    saved_step = progress.step  # the newest checkpoint's step: a resumed run starts from it
-    eval_metrics: dict[str, float] = {}
-    train_start = time.perf_counter()
+    window = start_log_window(accelerator, cfg, progress, clock)
+    micro_batches, saved_step, eval_metrics = None, progress.step, {}
     with (
+        # The tracker's run (one that cannot start stops here) ends as failed or killed on errors
+        start_tracker(accelerator, cfg, progress.step),
+        open_metrics_log(accelerator, output_dir, progress) as metrics_log,
+        progress_bar(accelerator, progress) as bar,
         build_profiler(cfg.profile, output_dir / "profile") as profiler,
-        SharedPreemption(accelerator) as stop,
-        run_tracker,  # closes the tracker's run, as failed or killed, if the loop stops early
+        preemption(accelerator) as stop,
     ):
         while progress.step < total_steps and not stop.requested:
             if micro_batches is None:
                 train_loader.batch_sampler.set_epoch(progress.epoch, start_batch=progress.batch)
                 micro_batches = iter(train_loader)
-            # A step accumulates grad_accum_steps micro-batches; an epoch's last group may be
-            # short, so each loss is divided by the size of its own group.
             group = min(cfg.grad_accum_steps, batches_per_epoch - progress.batch)
-            for index in range(group):
-                fetch_start = time.perf_counter()
-                inputs, targets = next(micro_batches)
-                inputs = inputs.to(device, non_blocking=True)
-                targets = targets.to(device, non_blocking=True)
-                window.data_s += time.perf_counter() - fetch_start
-                # DDP averages gradients over processes in backward: on the group's last
-                # micro-batch only, since the others' gradients are summed locally first.
-                with nullcontext() if index == group - 1 else accelerator.no_sync(model):
-                    loss = task.compute_loss(model(inputs), targets) / group
-                    accelerator.backward(loss)
-                window.add_loss(loss.detach())
-                window.samples += len(targets)
-            grad_norm = nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            lr = learning_rate(progress.step, cfg, total_steps)
-            for param_group in optimizer.param_groups:
-                param_group["lr"] = lr
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            grad_norm, lr = train_step(micro_batches, group, progress.step, window)
             profiler.step()
-            window.end_step()
             progress.step += 1
             progress.batch += group
             end_of_epoch = progress.batch == batches_per_epoch
@@ -273,12 +149,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 record = window.close(progress.epoch, grad_norm, lr)
                 metrics_log.write(record)
                 accelerator.log(tracked("train", record), step=progress.step)
-                progress_bar.update(progress.step - progress_bar.n)
-                progress_bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}")
+                bar.update(progress.step - bar.n)
+                bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}")
                 throughput.logged(record["samples"])
-                window = GlobalLogWindow(
-                    accelerator, cfg.log_every, device, progress.step, [], clock
-                )
+                window.restart(progress.step)
 
             is_best = False
             if _due(cfg.eval_every, progress.step, end_of_epoch) or last_step:
@@ -286,8 +160,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                     eval_metrics = evaluate(raw_model, val_loader, accelerator, datasets.preprocess)
                 metric = eval_metrics[task.METRIC]
                 record = {"step": progress.step, "epoch": progress.epoch, "split": "val"}
-                record["eval_s"] = evaluation.seconds
-                metrics_log.write(record | eval_metrics)
+                metrics_log.write(record | {"eval_s": evaluation.seconds} | eval_metrics)
                 accelerator.log(tracked("val", eval_metrics), step=progress.step)
                 log.info("step %d | val %s %.4f", progress.step, task.METRIC, metric)
                 is_best = _improves(metric, progress.best_metric)
@@ -295,26 +168,59 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                     progress.best_metric, progress.best_step = metric, progress.step
             if _due(cfg.checkpoint_every, progress.step, end_of_epoch) or is_best or last_step:
                 with clock.paused("checkpoint"):
-                    save(is_best)
+                    training_state.save(progress, window, datasets.fingerprint, is_best)
                 saved_step = progress.step
         if stop.requested:
             if saved_step < progress.step:  # unless just saved: the grace period is short
-                save(is_best=False)
+                training_state.save(progress, window, datasets.fingerprint, is_best=False)
             raise Preempted(f"stopped by signal {stop.requested} after step {progress.step}")
-    progress_bar.close()
-    metrics_log.close()
-    wall_s = time.perf_counter() - train_start
     if not eval_metrics:  # resumed a run that had already finished
         eval_metrics = evaluate(raw_model, val_loader, accelerator, datasets.preprocess)
 
     # --- final save and summary
-    model_dir = output_dir / "model"
-    if main_process:
-        save_weights(raw_model, model_dir)
-        datasets.preprocess.save(model_dir / "preprocess.json")
-        save_config(cfg, model_dir / "config.yaml")
+    summary = _summary(progress, eval_metrics, baseline_value, batches_per_epoch, throughput)
+    on_main_process(
+        accelerator, lambda: finish_run_folder(cfg, raw_model, datasets.preprocess, summary)
+    )
+    accelerator.end_training()  # closes what Accelerate started: the tracker, the process group
+    if cfg.export_at_end and accelerator.is_main_process:  # the final weights, verified
+        log.info("%s", describe(export_run(output_dir, checkpoint="latest")))
+    log.info("done: %(metric)s %(value).4f (baseline %(baseline_value).4f)", summary)
+    return summary
+
+
+# --- helpers
+
+
+def _on_device(
+    model: nn.Module, accelerator: Accelerator, cfg: TrainConfig
+) -> tuple[nn.Module, nn.Module]:
+    """The model on the device: the one to train, and the one to save and evaluate (as built,
+    whatever prepare() wraps the first in)."""
+    model = sync_batchnorm(model, accelerator)  # before prepare() wraps it in DDP
+    raw_model = model.to(accelerator.device)
+    # After moving to the device; the first step compiles, and timings start after it. Varying
+    # shapes: one shape-generic graph costs less than a static one, then a dynamic one.
+    # Evaluation runs raw_model: a smaller last batch and eval-mode BatchNorm would recompile.
+    return torch.compile(model, dynamic=task.DYNAMIC_SHAPES, disable=not cfg.compile), raw_model
+
+
+def _total_steps(cfg: TrainConfig, batches_per_epoch: int) -> int:
+    steps = cfg.epochs * math.ceil(batches_per_epoch / cfg.grad_accum_steps)
+    return min(steps, cfg.max_steps) if cfg.max_steps else steps
+
+
+def _summary(
+    progress: Progress,
+    eval_metrics: dict[str, float],
+    baseline_value: float,
+    batches_per_epoch: int,
+    throughput: Throughput,
+) -> dict[str, Any]:
+    """summary.json: the final evaluation beside the baseline, and the run's size and speed."""
     samples_per_s = throughput.per_second()  # training steps only, after the first
-    summary = {
+    clock = throughput.clock
+    return {
         "task": task.TASK,
         "metric": task.METRIC,
         "value": eval_metrics[task.METRIC],
@@ -325,61 +231,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         "steps": progress.step,
         "epochs": progress.epoch + progress.batch / batches_per_epoch,
         "samples_per_s": samples_per_s,
-        "wall_s": wall_s,
+        "wall_s": clock.wall_s(),
         "eval_s": clock.paused_s["eval"],
         "checkpoint_s": clock.paused_s["checkpoint"],
-        "peak_mem_mb": peak_memory_mb(device),
+        "peak_mem_mb": peak_memory_mb(clock.device),
     }
-    if main_process:
-        write_json(output_dir / "summary.json", summary)
-        plot_curves(output_dir, task.METRIC, baseline_value)  # curves.png, from metrics.jsonl
-        complete_run_info(output_dir / "run.json")
-    accelerator.wait_for_everyone()  # no process leaves before the run folder is written
-    accelerator.end_training()  # closes the tracker's run and the process group
-    if cfg.export_at_end and main_process:  # the final weights (the latest checkpoint), verified
-        log.info("%s", describe(export_run(output_dir, checkpoint="latest")))
-    log.info(
-        "done: %s %.4f (baseline %.4f) in %.1f s",
-        task.METRIC,
-        summary["value"],
-        baseline_value,
-        wall_s,
-    )
-    return summary
-
-
-# --- helpers
-
-
-def evaluate(
-    model: nn.Module, loader, accelerator: Accelerator, preprocess: Any
-) -> dict[str, float]:
-    """The task's metrics over the whole evaluation set, every sample counted once.
-
-    Runs the uncompiled module: evaluation's last batch is smaller and BatchNorm runs in
-    eval mode, and each would cost a compiled graph a recompilation.
-    """
-    # Each process evaluates its share of the set with rank 0's weights and buffers.
-    broadcast_buffers(model, accelerator)
-    device = accelerator.device
-    model.eval()
-    release_cached_memory(device)  # training's cached blocks, for evaluation's other shapes
-    metrics = task.Metrics(device, preprocess)
-    with torch.inference_mode():
-        for inputs, targets in loader:
-            inputs = inputs.to(device, non_blocking=True)
-            targets = targets.to(device, non_blocking=True)
-            metrics.update(model(inputs), targets)
-    release_cached_memory(device)  # and evaluation's, before training allocates again
-    model.train()
-    return sum_over_processes(metrics, accelerator).compute()
-
-
-def release_cached_memory(device: torch.device) -> None:
-    """Return the CUDA caching allocator's free blocks to the device: around evaluation only,
-    where the shapes change; on every step it would only cost a device sync."""
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def _due(every: int, step: int, end_of_epoch: bool) -> bool:
@@ -393,31 +249,14 @@ def _improves(value: float, best: float | None) -> bool:
     return value > best if task.HIGHER_IS_BETTER else value < best
 
 
-def _start_run_folder(cfg: TrainConfig, fingerprint: str, accelerator: Accelerator) -> None:
-    """config.yaml and run.json; an output_dir that is not writable fails here, before
-    training, not at the first checkpoint."""
-    output_dir = Path(cfg.output_dir)
-    reason = unwritable_reason(output_dir)
-    if reason:
-        raise ConfigError(f"--output_dir: cannot write to '{output_dir}' ({reason})")
-    save_config(cfg, output_dir / "config.yaml")
-    info = run_info(cfg, fingerprint, accelerator.num_processes, accelerator.device)
-    write_json(output_dir / "run.json", info)
-
-
-def _configure_logging(main_process: bool) -> None:
-    """Log lines go through tqdm.write, so they never break the progress bar. The processes
-    other than the main one log errors only: their warnings would repeat the main one's."""
-    handler = _TqdmHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
-    log.handlers[:] = [handler]
-    log.setLevel(logging.INFO if main_process else logging.ERROR)
-    log.propagate = False
-
-
-class _TqdmHandler(logging.Handler):
-    def emit(self, record: logging.LogRecord) -> None:
-        tqdm.write(self.format(record), file=sys.stderr)
+def _describe(cfg: TrainConfig, datasets: Any, accelerator: Accelerator, total_steps: int) -> str:
+    processes = accelerator.num_processes
+    batch = cfg.batch_size * processes * cfg.grad_accum_steps
+    return (
+        f"{len(datasets.train)} train / {len(datasets.val)} val samples, {total_steps} steps "
+        f"of {batch} samples (batch_size {cfg.batch_size} x {processes} processes x "
+        f"grad_accum_steps {cfg.grad_accum_steps}); lr is not scaled with the batch"
+    )
 
 
 if __name__ == "__main__":

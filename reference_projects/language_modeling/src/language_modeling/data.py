@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from .config import ConfigError, TrainConfig
-from .loaders import Datasets, TensorData, fingerprint
+from .loaders import Datasets, TensorData, fingerprint, first_batches_only
 
 # Targets past the end of the text: F.cross_entropy's ignore_index, never scored.
 IGNORE = -100
@@ -91,7 +91,9 @@ def build_datasets(cfg: TrainConfig) -> Datasets:
         fingerprint=fingerprint(ids.numpy().astype(np.uint8).tobytes(), *boundaries),
     )
     if cfg.overfit_batches:
-        datasets = _first_batches_only(datasets, cfg.overfit_batches * cfg.batch_size)
+        datasets = first_batches_only(datasets, cfg.overfit_batches * cfg.batch_size)
+        # The unigram baseline counts the bytes those windows predict.
+        datasets.train_targets = datasets.val_targets = datasets.train.targets.flatten()
     return datasets
 
 
@@ -146,10 +148,3 @@ def read_text(folder: Path) -> str:
             raise ConfigError(f"--data_dir: '{file}' holds no text (it is empty or blank)")
         texts.append(text)
     return "\n".join(texts)
-
-
-def _first_batches_only(datasets: Datasets, size: int) -> Datasets:
-    """Train and evaluate on the same few windows: a model that cannot fit them has a bug."""
-    subset = TensorData(datasets.train.inputs[:size], datasets.train.targets[:size])
-    targets = subset.targets.flatten()
-    return Datasets(subset, subset, datasets.preprocess, targets, targets, datasets.fingerprint)

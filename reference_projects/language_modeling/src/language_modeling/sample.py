@@ -8,16 +8,15 @@ each drawn byte appended to the input; the model sees the last `context` bytes. 
 the prompt followed by what was generated.
 """
 
-import argparse
 import logging
 import sys
-from typing import NoReturn
 
 import torch
 from torch import nn
 
 from .data import Preprocess
 from .predict import load_trained
+from .utils.cli import Parser, at_least
 
 log = logging.getLogger(__name__)
 
@@ -71,27 +70,8 @@ def main(argv: list[str] | None = None) -> str:
     return text
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        usage = " ".join(self.format_usage().split())
-        raise SystemExit(f"error: {message} ({usage})")
-
-
-def _at_least(minimum: float, kind: type):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or not value >= minimum:
-            raise argparse.ArgumentTypeError(f"got '{text}', expected a number >= {minimum}")
-        return value
-
-    return parse
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+def _parser() -> Parser:
+    parser = Parser(
         prog=f"python -m {__package__}.sample",
         description="Generate text with a trained model.",
     )
@@ -100,23 +80,23 @@ def _parser() -> argparse.ArgumentParser:
         "--prompt", default="\n", help="text to continue; non-empty (default: a newline)"
     )
     parser.add_argument(
-        "--length", type=_at_least(1, int), default=500, help="bytes to generate (default: 500)"
+        "--length", type=at_least(1, int), default=500, help="bytes to generate (default: 500)"
     )
     parser.add_argument(
         "--temperature",
-        type=_at_least(0, float),
+        type=at_least(0, float),
         default=0.8,
         help="divides the logits: < 1 safer, > 1 more varied, 0 always the likeliest byte "
         "(default: %(default)s)",
     )
     parser.add_argument(
         "--top_k",
-        type=_at_least(0, int),
+        type=at_least(0, int),
         default=0,
         help="draw among the k likeliest bytes only; 0: all (default: %(default)s)",
     )
     parser.add_argument(
-        "--seed", type=_at_least(0, int), default=0, help="seeds the draws (default: 0)"
+        "--seed", type=at_least(0, int), default=0, help="seeds the draws (default: 0)"
     )
     return parser
 

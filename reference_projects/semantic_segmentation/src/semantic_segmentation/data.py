@@ -20,7 +20,7 @@ from sklearn.model_selection import train_test_split
 from torch.utils.data import Dataset
 
 from .config import ConfigError, TrainConfig
-from .loaders import SPLIT_SEED, Datasets, TensorData, fingerprint
+from .loaders import SPLIT_SEED, Datasets, TensorData, fingerprint, first_batches_only
 
 SHAPE_CLASSES = ("background", "circle", "square", "triangle")
 SHAPES_SEED = 0  # part of the dataset's definition, like the split: it does not move with --seed
@@ -84,6 +84,9 @@ class SegmentationFolderData(Dataset):
         with Image.open(self.paths[index]) as image:
             return self.preprocess(image), self.masks[index].long()
 
+    def first(self, size: int) -> "SegmentationFolderData":
+        return SegmentationFolderData(self.paths[:size], self.masks[:size], self.preprocess)
+
 
 def build_datasets(cfg: TrainConfig) -> Datasets:
     if cfg.data_dir is None:
@@ -91,19 +94,8 @@ def build_datasets(cfg: TrainConfig) -> Datasets:
     else:
         datasets = _segmentation_folder(cfg, Path(cfg.data_dir))
     if cfg.overfit_batches:
-        datasets = _first_batches_only(datasets, cfg.overfit_batches * cfg.batch_size)
+        datasets = first_batches_only(datasets, cfg.overfit_batches * cfg.batch_size)
     return datasets
-
-
-def _first_batches_only(datasets: Datasets, size: int) -> Datasets:
-    """Train and evaluate on the same few samples: a model that cannot fit them has a bug."""
-    if isinstance(datasets.train, TensorData):
-        subset = TensorData(datasets.train.inputs[:size], datasets.train.targets[:size])
-    else:
-        train = datasets.train
-        subset = SegmentationFolderData(train.paths[:size], train.masks[:size], train.preprocess)
-    targets = datasets.train_targets[:size]
-    return Datasets(subset, subset, datasets.preprocess, targets, targets, datasets.fingerprint)
 
 
 # --- the embedded dataset

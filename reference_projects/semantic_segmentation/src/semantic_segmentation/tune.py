@@ -16,47 +16,48 @@ from dataclasses import replace
 
 import torch
 
-from . import task
 from .config import ConfigError, TrainConfig, load_config
 from .data import build_datasets
 from .loaders import TensorData, build_loaders, resolve_num_workers
 from .model import build_model
-from .optim import build_optimizer
+from .optim import TrainStep, build_optimizer, prepare
+from .utils.cli import Parser, at_least, listed
+from .utils.monitor import LogWindow, TrainingClock
+from .utils.processes import start_accelerator
 
 WARMUP_STEPS = 2
 
 
 def measure(cfg: TrainConfig, steps: int) -> float:
-    """Training samples per second with cfg's loader settings, on the CPU or the first GPU."""
-    device = torch.device("cuda" if torch.cuda.is_available() and not cfg.cpu else "cpu")
+    """Training samples per second with cfg's loader settings, on the device a run of cfg
+    would train on, through the training loop's own step (train.py)."""
+    accelerator = start_accelerator(cfg)
+    device = accelerator.device
     torch.manual_seed(cfg.seed)
     datasets = build_datasets(cfg)
     loader, _ = build_loaders(cfg, datasets, device, torch.Generator().manual_seed(cfg.seed))
     model = build_model(cfg, datasets.preprocess).to(device).train()
-    optimizer = build_optimizer(model, cfg)
-    samples, start, done = 0, 0.0, 0
-    epoch = 0
-    while done < WARMUP_STEPS + steps:
-        loader.batch_sampler.set_epoch(epoch)
-        for inputs, targets in loader:
-            if done == WARMUP_STEPS:
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                start, samples = time.perf_counter(), 0
-            inputs = inputs.to(device, non_blocking=True)
-            targets = targets.to(device, non_blocking=True)
-            loss = task.compute_loss(model(inputs), targets)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            samples += len(targets)
-            done += 1
-            if done == WARMUP_STEPS + steps:
-                break
-        epoch += 1
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return samples / (time.perf_counter() - start)
+    model, optimizer = prepare(accelerator, model, build_optimizer(model, cfg))
+    train_step = TrainStep(model, optimizer, accelerator, cfg, WARMUP_STEPS + steps)
+    window = LogWindow(WARMUP_STEPS + steps, device, 0, [], TrainingClock(device))
+    epoch, left = 0, 0  # micro-batches left in the epoch
+    for step in range(WARMUP_STEPS + steps):
+        if step == WARMUP_STEPS:
+            _synchronize(device)
+            start, samples_before = time.perf_counter(), window.samples
+        if left == 0:
+            loader.batch_sampler.set_epoch(epoch)
+            micro_batches, left, epoch = iter(loader), len(loader), epoch + 1
+        group = min(cfg.grad_accum_steps, left)
+        train_step(micro_batches, group, step, window)
+        left -= group
+    _synchronize(device)
+    return (window.samples - samples_before) / (time.perf_counter() - start)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":  # the queued steps belong to the time measured
+        torch.cuda.synchronize(device)
 
 
 def sweep(
@@ -77,20 +78,9 @@ def sweep(
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, float]]:
-    options, fields = _split_options(list(sys.argv[1:] if argv is None else argv))
+    args, fields = _parser().parse_known_args(sys.argv[1:] if argv is None else argv)
     try:
-        workers = [int(v) for v in options["workers"].split(",")]
-        batch_sizes = [int(v) for v in options["batch_sizes"].split(",")]
-        steps = int(options["steps"])
-        if min(workers) < 0 or min(batch_sizes) < 1 or steps < 1:
-            raise ValueError
-    except ValueError:
-        raise SystemExit(
-            "error: --workers and --batch_sizes take comma-separated integers "
-            "(workers >= 0, batch sizes >= 1) and --steps an integer >= 1"
-        ) from None
-    try:
-        results = sweep(load_config(fields), workers, batch_sizes, steps)
+        results = sweep(load_config(fields), args.workers, args.batch_sizes, args.steps)
     except ConfigError as error:
         raise SystemExit(f"error: {error}") from None
 
@@ -109,17 +99,34 @@ def main(argv: list[str] | None = None) -> list[dict[str, float]]:
     return results
 
 
-def _split_options(args: list[str]) -> tuple[dict[str, str], list[str]]:
-    """This command's own options, and the config fields to pass on to load_config."""
-    options = {"workers": "0,1,2,4", "batch_sizes": "32,64,128", "steps": "30"}
-    fields, tokens = [], iter(args)
-    for token in tokens:
-        name, has_value, value = token.removeprefix("--").partition("=")
-        if token.startswith("--") and name in options:
-            options[name] = value if has_value else next(tokens, "")
-        else:
-            fields.append(token)
-    return options, fields
+def _parser() -> Parser:
+    """This command's own options; every other argument is a config field (load_config)."""
+    parser = Parser(
+        prog="python -m semantic_segmentation.tune",
+        description="Measure training samples per second for loader workers and batch sizes.",
+    )
+    parser.add_argument(
+        "--workers",
+        type=listed(at_least(0, int)),
+        default=[0, 1, 2, 4],
+        metavar="N,N,...",
+        help="loader worker counts to try (default: 0,1,2,4)",
+    )
+    parser.add_argument(
+        "--batch_sizes",
+        type=listed(at_least(1, int)),
+        default=[32, 64, 128],
+        metavar="N,N,...",
+        help="batch sizes to try (default: 32,64,128)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=at_least(1, int),
+        default=30,
+        metavar="N",
+        help="optimizer steps measured for each, after two warm-up steps (default: 30)",
+    )
+    return parser
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from sklearn.datasets import load_diabetes
 from sklearn.model_selection import train_test_split
 
 from .config import ConfigError, TrainConfig
-from .loaders import SPLIT_SEED, Datasets, TensorData, fingerprint
+from .loaders import SPLIT_SEED, Datasets, TensorData, fingerprint, first_batches_only
 
 # Rows a table needs so that both splits hold a few samples; R^2 needs at least two.
 MIN_ROWS = 10
@@ -86,7 +86,7 @@ def build_datasets(cfg: TrainConfig) -> Datasets:
     else:
         datasets = _standardised(cfg, *_user_tables(cfg))
     if cfg.overfit_batches:
-        datasets = _first_batches_only(datasets, cfg.overfit_batches * cfg.batch_size)
+        datasets = first_batches_only(datasets, cfg.overfit_batches * cfg.batch_size)
     return datasets
 
 
@@ -244,10 +244,3 @@ def _standardised(cfg: TrainConfig, train: Table, val: Table, data: bytes) -> Da
         val_targets=val_data.targets,
         fingerprint=fingerprint(data, np.arange(len(train_data)), np.arange(len(val_data))),
     )
-
-
-def _first_batches_only(datasets: Datasets, size: int) -> Datasets:
-    """Train and evaluate on the same few samples: a model that cannot fit them has a bug."""
-    subset = TensorData(datasets.train.inputs[:size], datasets.train.targets[:size])
-    targets = datasets.train_targets[:size]
-    return Datasets(subset, subset, datasets.preprocess, targets, targets, datasets.fingerprint)

@@ -8,7 +8,7 @@ the same way for every task, so the training loop never depends on the task.
 import hashlib
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,9 @@ class TensorData:
     def __len__(self) -> int:
         return len(self.targets)
 
+    def first(self, size: int) -> "TensorData":
+        return TensorData(self.inputs[:size], self.targets[:size])
+
 
 @dataclass
 class Datasets:
@@ -43,6 +46,13 @@ class Datasets:
     val_targets: torch.Tensor
     fingerprint: str  # identifies the exact data and split, recorded in run.json
     collate_fn: Callable | None = None  # joins samples of a Dataset into a batch (None: stack)
+
+
+def first_batches_only(datasets: Datasets, size: int) -> Datasets:
+    """--overfit_batches: train and evaluate on the same first `size` training samples, which
+    a model without a bug fits (each kind of training split has `first(size)`)."""
+    subset, targets = datasets.train.first(size), datasets.train_targets[:size]
+    return replace(datasets, train=subset, val=subset, train_targets=targets, val_targets=targets)
 
 
 def fingerprint(content: bytes, train_idx: np.ndarray, val_idx: np.ndarray) -> str:

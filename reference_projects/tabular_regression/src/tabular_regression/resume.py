@@ -5,12 +5,52 @@ whose steps would compute something else is refused before the run writes anythi
 `--resume_changed true` accepts it; config.RESUME_FREE_FIELDS lists what may change freely.
 """
 
+import logging
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import CONFIG, DATA, PROGRESS, RNG, CheckpointRefused, Progress
+from .checkpoint import (
+    CONFIG,
+    DATA,
+    PROGRESS,
+    RNG,
+    CheckpointRefused,
+    Progress,
+    checkpoint_to_resume,
+)
 from .config import RESUME_FREE_FIELDS, TrainConfig
+
+log = logging.getLogger(__name__)
+
+
+def resume_point(
+    cfg: TrainConfig,
+    data_fingerprint: str,
+    num_processes: int,
+    batches_per_epoch: int,
+    total_steps: int,
+) -> tuple[Progress, Path | None, dict[str, Any] | None]:
+    """Where this run starts: the progress, and the checkpoint it continues (path and state;
+    None for a new run). A checkpoint of another run is refused here, before anything is
+    written; a run given another length stretches its learning-rate decay to the new end."""
+    resume_from = checkpoint_to_resume(cfg.resume, Path(cfg.output_dir) / "checkpoints")
+    if resume_from is None:
+        return Progress(total_steps=total_steps), None, None
+    path, state = resume_from
+    for note in check_resume(path, state, cfg, data_fingerprint, num_processes):
+        log.warning("%s", note)
+    progress = resumed_progress(state, cfg, data_fingerprint, num_processes, batches_per_epoch)
+    log.info("resuming from %s at step %d", path, progress.step)
+    if progress.total_steps not in (0, total_steps):
+        log.info(
+            "the run now ends at step %d instead of %d: the learning-rate decay is "
+            "stretched to the new end from here on",
+            total_steps,
+            progress.total_steps,
+        )
+    progress.total_steps = total_steps
+    return progress, path, state
 
 
 def check_resume(

@@ -26,7 +26,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset
 
 from .config import ConfigError, TrainConfig
-from .loaders import SPLIT_SEED, Datasets, fingerprint
+from .loaders import SPLIT_SEED, Datasets, fingerprint, first_batches_only
 from .reviews import generate_reviews
 
 log = logging.getLogger(__package__)
@@ -92,10 +92,8 @@ def pad_batch(samples: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
 
 def build_datasets(cfg: TrainConfig) -> Datasets:
     datasets = _embedded(cfg) if cfg.data_dir is None else _user_files(cfg)
-    if cfg.overfit_batches:  # train and evaluate on the same few texts: a model must fit them
-        subset = datasets.train.first(cfg.overfit_batches * cfg.batch_size)
-        datasets.train = datasets.val = subset
-        datasets.train_targets = datasets.val_targets = subset.targets
+    if cfg.overfit_batches:
+        datasets = first_batches_only(datasets, cfg.overfit_batches * cfg.batch_size)
     return datasets
 
 

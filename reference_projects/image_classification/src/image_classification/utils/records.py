@@ -1,4 +1,5 @@
-"""What a run writes besides checkpoints: run.json, metrics.jsonl, summary.json."""
+"""What a run writes besides checkpoints: config.yaml and run.json before training,
+metrics.jsonl during it, model/, summary.json and curves.png after it."""
 
 import hashlib
 import json
@@ -15,6 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate import Accelerator
+from torch import nn
+
+from ..checkpoint import save_weights
+from ..config import ConfigError, TrainConfig, save_config
+from .curves import plot_curves
 
 # Whose versions run.json records: what computes, stores and exports a result.
 LIBRARIES = (
@@ -49,6 +56,12 @@ class MetricsLog:
     def close(self) -> None:
         self.file.close()
 
+    def __enter__(self) -> "MetricsLog":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
 
 def _step_of(line: str) -> float:
     """The step a metrics line belongs to; a line cut short by a killed run counts as none."""
@@ -56,6 +69,31 @@ def _step_of(line: str) -> float:
         return json.loads(line)["step"]
     except (json.JSONDecodeError, KeyError, TypeError):
         return math.inf
+
+
+def start_run_folder(cfg: TrainConfig, fingerprint: str, accelerator: Accelerator) -> None:
+    """config.yaml and run.json; an output_dir that is not writable fails here, before
+    training, not at the first checkpoint."""
+    output_dir = Path(cfg.output_dir)
+    reason = unwritable_reason(output_dir)
+    if reason:
+        raise ConfigError(f"--output_dir: cannot write to '{output_dir}' ({reason})")
+    save_config(cfg, output_dir / "config.yaml")
+    info = run_info(cfg, fingerprint, accelerator.num_processes, accelerator.device)
+    write_json(output_dir / "run.json", info)
+
+
+def finish_run_folder(
+    cfg: TrainConfig, model: nn.Module, preprocess: Any, summary: dict[str, Any]
+) -> None:
+    """model/ (weights, preprocessing, config), summary.json, curves.png, run.json's end."""
+    output_dir = Path(cfg.output_dir)
+    save_weights(model, output_dir / "model")
+    preprocess.save(output_dir / "model" / "preprocess.json")
+    save_config(cfg, output_dir / "model" / "config.yaml")
+    write_json(output_dir / "summary.json", summary)
+    plot_curves(output_dir, summary["metric"], summary["baseline_value"])  # from metrics.jsonl
+    complete_run_info(output_dir / "run.json")
 
 
 def write_json(path: Path, content: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
-"""What several processes share: the launch check, the main process's verdict on its set-up,
-SyncBatchNorm, global losses and metrics, and agreeing to stop (checkpoint.py gathers every
-process's random states).
+"""What several processes share: the launch check, SyncBatchNorm, global losses and
+metrics, and agreeing to stop (checkpoint.py gathers every process's random states;
+processes.py has the main process's writes).
 
 Accelerate initialises the process group from the launcher's environment (torchrun,
 `accelerate launch` or srun) when train.py creates the Accelerator. Every function here that
@@ -10,12 +10,10 @@ or the others wait until `dist_timeout_s` runs out and the run fails.
 
 import logging
 import os
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import broadcast_object_list
 from torch import nn
 
 from ..config import ConfigError
@@ -34,27 +32,6 @@ def check_launch(accelerator: Accelerator) -> None:
             f"{launched} processes were launched but each would train alone; on a machine "
             "without GPUs add --cpu true, so that they train together over gloo"
         )
-
-
-def on_main_process(accelerator: Accelerator, work: Callable[[], None]) -> None:
-    """Run `work` (writing the run folder, starting the tracker) on the main process only,
-    and stop every process within seconds when it raises.
-
-    Without the shared verdict the others would go on to the next collective and wait there
-    for dist_timeout_s, wherever the launcher does not stop them for the failed process (srun
-    --kill-on-bad-exit=0, which lets a preempted job requeue; a plain env:// start). The
-    main process raises its error, which main() reports in one line; the others exit with
-    status 1 and nothing to add.
-    """
-    if accelerator.is_main_process:
-        failed = True
-        try:
-            work()
-            failed = False
-        finally:
-            broadcast_object_list([failed], from_process=0)
-    elif broadcast_object_list([None], from_process=0)[0]:
-        raise SystemExit(1)
 
 
 def sync_batchnorm(model: nn.Module, accelerator: Accelerator) -> nn.Module:
@@ -106,6 +83,10 @@ class GlobalLogWindow(LogWindow):
         self.accelerator = accelerator
         self.averaged = self.steps  # a resumed window starts with losses already averaged
 
+    def restart(self, first_step: int) -> None:
+        super().restart(first_step)
+        self.averaged = 0
+
     def pending_losses(self) -> list[float]:
         if self.steps > self.averaged:
             fresh = self.losses[self.averaged : self.steps]
@@ -148,4 +129,10 @@ class DiscardedLog:
         return None
 
     def close(self) -> None:
+        return None
+
+    def __enter__(self) -> "DiscardedLog":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
         return None

@@ -1,15 +1,19 @@
 """What the loop watches without slowing down: training time, log windows, throughput,
-divergence, preemption signals."""
+divergence, preemption signals; and the package's log lines, which never break its
+progress bar."""
 
 import contextlib
+import logging
 import math
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
 
 class TrainingDiverged(RuntimeError):
@@ -29,9 +33,14 @@ class TrainingClock:
     def __init__(self, device: torch.device):
         self.device = device
         self.paused_s = {"eval": 0.0, "checkpoint": 0.0}
+        self.started = time.perf_counter()
 
     def now(self) -> float:
         return time.perf_counter() - sum(self.paused_s.values())
+
+    def wall_s(self) -> float:
+        """Seconds since the clock started, pauses included."""
+        return time.perf_counter() - self.started
 
     @contextlib.contextmanager
     def paused(self, kind: str) -> Iterator[Pause]:
@@ -92,6 +101,13 @@ class LogWindow:
         self.samples, self.data_s = 0, 0.0
         self.clock = clock
         self.started = clock.now()
+
+    def restart(self, first_step: int) -> None:
+        """Empty the window for the steps after `first_step`, once it is closed."""
+        self.losses.zero_()
+        self.first_step, self.steps = first_step, 0
+        self.samples, self.data_s = 0, 0.0
+        self.started = self.clock.now()
 
     def add_loss(self, loss: torch.Tensor) -> None:
         self.losses[self.steps].add_(loss)
@@ -165,3 +181,19 @@ class Preemption:
 
 class Preempted(Exception):
     """Raised after the preemption checkpoint is written."""
+
+
+def configure_logging(level: int) -> None:
+    """The package's log lines go to stderr through tqdm.write, so they never break the
+    progress bar."""
+    handler = _TqdmHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
+    log = logging.getLogger(__name__.partition(".")[0])
+    log.handlers[:] = [handler]
+    log.setLevel(level)
+    log.propagate = False
+
+
+class _TqdmHandler(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        tqdm.write(self.format(record), file=sys.stderr)

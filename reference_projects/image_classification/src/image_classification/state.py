@@ -1,0 +1,61 @@
+"""The training state: what the loop saves in a checkpoint (checkpoint.py's layout) and
+what a resumed run restores from one."""
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from torch import nn
+
+from .checkpoint import (
+    CONFIG,
+    DATA,
+    MODEL,
+    OPTIMIZER,
+    RNG,
+    Progress,
+    gather_rng_states,
+    load_model_state,
+    restore_rng_states,
+    save_checkpoint,
+)
+from .config import TrainConfig
+from .utils.monitor import LogWindow
+from .utils.processes import on_main_process
+
+
+@dataclass
+class TrainingState:
+    """Everything a step changes besides the progress: weights, optimizer state, random
+    streams."""
+
+    cfg: TrainConfig
+    accelerator: Accelerator
+    model: nn.Module  # uncompiled and unwrapped: its state_dict loads without either
+    optimizer: torch.optim.Optimizer
+    data_generator: torch.Generator
+
+    def save(
+        self, progress: Progress, window: LogWindow, data_fingerprint: str, is_best: bool
+    ) -> None:
+        """A checkpoint of this step, with the losses the log window has not logged yet."""
+        progress.window_losses = window.pending_losses()  # raises if the loss diverged
+        states = {
+            MODEL: self.model.state_dict(),
+            OPTIMIZER: self.optimizer.state_dict(),
+            CONFIG: asdict(self.cfg),
+            DATA: data_fingerprint,
+            RNG: gather_rng_states(self.accelerator, self.data_generator),  # one per process
+        }
+        directory, keep = Path(self.cfg.output_dir) / "checkpoints", self.cfg.keep_checkpoints
+        on_main_process(
+            self.accelerator, lambda: save_checkpoint(directory, progress, states, keep, is_best)
+        )
+
+    def restore(self, state: dict[str, Any], path: Path) -> None:
+        """Continue where the checkpoint at `path`, loaded as `state`, stopped."""
+        load_model_state(self.model, state[MODEL], path)
+        self.optimizer.load_state_dict(state[OPTIMIZER])
+        restore_rng_states(state[RNG], self.accelerator, self.data_generator)

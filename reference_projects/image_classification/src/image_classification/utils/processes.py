@@ -1,0 +1,58 @@
+"""What running as one process decides: the Accelerator and its log, and the loop's log
+window, metrics log, progress bar and preemption handler."""
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from accelerate import Accelerator
+from tqdm import tqdm
+
+from ..checkpoint import Progress
+from ..config import ConfigError, TrainConfig
+from .monitor import LogWindow, Preemption, TrainingClock, configure_logging
+from .records import MetricsLog
+
+log = logging.getLogger(__name__)
+
+
+def start_accelerator(cfg: TrainConfig) -> Accelerator:
+    """The device and mixed precision of this run, and the package's log lines on stderr."""
+    configure_logging(logging.INFO)
+    accelerator = Accelerator(
+        cpu=cfg.cpu,
+        mixed_precision="no",
+    )
+    # Several processes launched on a machine without GPUs would each train alone.
+    if accelerator.num_processes > 1 or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError(
+            "this project was rendered with distributed=single; launch it as one process, "
+            "or re-render it with `copier update --data distributed=multi`"
+        )
+    return accelerator
+
+
+def on_main_process(accelerator: Accelerator, work: Callable[[], None]) -> None:
+    """The run's writes (run folder, checkpoints, model/): this process is the only one."""
+    work()
+
+
+def open_metrics_log(accelerator: Accelerator, output_dir: Path, progress: Progress) -> MetricsLog:
+    return MetricsLog(output_dir / "metrics.jsonl", resume_step=progress.step)
+
+
+def start_log_window(
+    accelerator: Accelerator, cfg: TrainConfig, progress: Progress, clock: TrainingClock
+) -> LogWindow:
+    """The window of the steps since the last log step, with a resumed run's losses."""
+    first_step = progress.step - len(progress.window_losses)
+    return LogWindow(cfg.log_every, accelerator.device, first_step, progress.window_losses, clock)
+
+
+def progress_bar(accelerator: Accelerator, progress: Progress) -> tqdm:
+    return tqdm(total=progress.total_steps, initial=progress.step, unit="step", dynamic_ncols=True)
+
+
+def preemption(accelerator: Accelerator) -> Preemption:
+    return Preemption()

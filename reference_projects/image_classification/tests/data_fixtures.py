@@ -1,0 +1,51 @@
+"""Data for the tests: arguments for short epochs of the embedded digits, and small
+datasets in the user's format. conftest.py loads these fixtures (pytest_plugins)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+
+@pytest.fixture(scope="session")
+def embedded_args():
+    """Arguments for the embedded data where a test needs epochs of at most 13 steps."""
+    return ["--batch_size", "128"]  # the digits' 1,437 training images make 12 steps
+
+
+@pytest.fixture(scope="session")
+def user_data():
+    """Arguments that train on a small dataset in the user's format, written under `root`:
+    image files in class folders, decoded by 2 loader workers. 9 steps make an epoch."""
+
+    def args(root: Path) -> list[str]:
+        data_dir = _image_folder(root / "images", per_class=48)
+        fields = {"data_dir": data_dir, "image_size": 16, "batch_size": 8, "num_workers": 2}
+        return [f"--{name}={value}" for name, value in fields.items()]
+
+    return args
+
+
+@pytest.fixture(scope="session")
+def make_image_folder():
+    return _image_folder
+
+
+def _image_folder(root, classes=("circle", "square"), per_class=12, size=16):
+    """A tiny dataset of bright shapes on dark backgrounds, one folder per class."""
+    rng = np.random.default_rng(0)
+    for label, name in enumerate(classes):
+        (root / name).mkdir(parents=True)
+        for index in range(per_class):
+            pixels = rng.integers(0, 40, (size, size, 3), dtype=np.uint8)
+            y, x = np.mgrid[:size, :size]
+            centre = size / 2
+            shape = (
+                (y - centre) ** 2 + (x - centre) ** 2 < (size / 3) ** 2
+                if label == 0
+                else (abs(y - centre) < size / 3) & (abs(x - centre) < size / 3)
+            )
+            pixels[shape] = 220
+            Image.fromarray(pixels).save(root / name / f"{index}.png")
+    return root

@@ -1,0 +1,52 @@
+"""Data for the tests: arguments for short epochs of the embedded reviews, and small
+datasets in the user's format. conftest.py loads these fixtures (pytest_plugins)."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from text_classification.reviews import generate_reviews
+
+
+@pytest.fixture(scope="session")
+def embedded_args():
+    """Arguments for the embedded data where a test needs epochs of at most 13 steps."""
+    # 4,800 training reviews make 10 steps of 512. A one-layer encoder: these tests run the
+    # same 30 steps several times, and resuming exactly does not depend on the model's size.
+    return ["--batch_size", "512", "--width", "32", "--layers", "1"]
+
+
+@pytest.fixture(scope="session")
+def user_data():
+    """Arguments that train on a small dataset in the user's format, written under `root`:
+    a folder with train.csv, 200 reviews, batched by 2 loader workers. 10 steps of 16 make an
+    epoch; the model is embedded_args' one layer."""
+
+    def args(root: Path) -> list[str]:
+        train = _text_file(root / "reviews" / "train.csv", *generate_reviews(200, seed=1))
+        fields = {"data_dir": train.parent, "batch_size": 16, "num_workers": 2}
+        fields |= {"width": 32, "layers": 1}
+        return [f"--{name}={value}" for name, value in fields.items()]
+
+    return args
+
+
+@pytest.fixture(scope="session")
+def make_text_file():
+    return _text_file
+
+
+def _text_file(path: Path, texts: list[str], labels: list, fields=("text", "label")) -> Path:
+    """Texts and labels as a CSV file with a header, or as JSONL: one object per line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [dict(zip(fields, row, strict=True)) for row in zip(texts, labels, strict=True)]
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    else:
+        with path.open("w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
+    return path
