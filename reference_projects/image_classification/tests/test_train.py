@@ -1,6 +1,7 @@
 """Training end to end: outputs, reproducibility, fitting, resuming."""
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -162,3 +163,21 @@ def test_refuses_to_run_as_one_of_several_processes(short_run, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")  # as a launcher sets it for each of 2 processes
     with pytest.raises(SystemExit, match="distributed=single"):
         main(short_run())
+
+
+def test_a_log_file_gets_a_few_lines_instead_of_a_progress_bar(short_run, capsys):
+    """stderr that is not a terminal (a SLURM or CI log, `make train > log`) holds log lines
+    at log steps, 30 s apart at the most often, and the last; never a bar's refreshes."""
+    main(short_run())
+    logged = capsys.readouterr().err
+    assert "\r" not in logged
+    assert "step 1/6 | loss" in logged and "step 6/6 | loss" in logged
+    assert "step 2/6" not in logged  # a short run: the first log step and the last
+
+
+def test_a_terminal_gets_the_progress_bar(short_run, capsys, monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    main(short_run())
+    shown = capsys.readouterr().err
+    assert "\r" in shown and "6/6" in shown
+    assert "step 6/6 | loss" not in shown

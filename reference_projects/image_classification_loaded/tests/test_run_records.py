@@ -39,7 +39,7 @@ def test_run_json_and_curves_record_the_run(short_run, tmp_path):
     assert run.keys() >= RUN_FIELDS
     assert run["start_time"] <= run["end_time"]  # ISO 8601 in one time zone sorts as text
     assert run["libraries"]["torch"] and run["libraries"]["safetensors"]
-    assert run["libraries"]["onnx"] and run["libraries"]["onnxruntime"]  # what exports
+    assert all(run["libraries"][name] for name in ("onnx", "onnxscript", "onnxruntime"))
     assert run["device"] == "cpu" and run["gpu"] is None
     with Image.open(tmp_path / "run" / "curves.png") as image:
         assert image.format == "PNG" and image.width > 0 and image.height > 0

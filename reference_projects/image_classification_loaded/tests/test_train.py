@@ -1,6 +1,7 @@
 """Training end to end: outputs, reproducibility, fitting, resuming."""
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -156,3 +157,21 @@ def test_cached_memory_is_released_around_each_evaluation_only(short_run, monkey
 def test_accumulation_splits_a_step_into_micro_batches(short_run, tmp_path):
     summary = main(short_run("--batch_size", "16", "--grad_accum_steps", "4"))
     assert summary["steps"] == 6
+
+
+def test_a_log_file_gets_a_few_lines_instead_of_a_progress_bar(short_run, capsys):
+    """stderr that is not a terminal (a SLURM or CI log, `make train > log`) holds log lines
+    at log steps, 30 s apart at the most often, and the last; never a bar's refreshes."""
+    main(short_run())
+    logged = capsys.readouterr().err
+    assert "\r" not in logged
+    assert "step 1/6 | loss" in logged and "step 6/6 | loss" in logged
+    assert "step 2/6" not in logged  # a short run: the first log step and the last
+
+
+def test_a_terminal_gets_the_progress_bar(short_run, capsys, monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    main(short_run())
+    shown = capsys.readouterr().err
+    assert "\r" in shown and "6/6" in shown
+    assert "step 6/6 | loss" not in shown

@@ -40,7 +40,7 @@ from .utils.processes import (
     on_main_process,
     open_metrics_log,
     preemption,
-    progress_bar,
+    progress_report,
     start_accelerator,
     start_log_window,
 )
@@ -97,12 +97,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     model, raw_model = _on_device(model, accelerator)
     optimizer = build_optimizer(raw_model, cfg)
     model, optimizer = prepare(accelerator, model, optimizer)
+    train_step = TrainStep(model, optimizer, accelerator, cfg, total_steps)
     training_state = TrainingState(cfg, accelerator, raw_model, optimizer, data_generator)
     if state:
         training_state.restore(state, resumed_from)
         del state  # the checkpoint's copy of every tensor, no longer needed
     log.info("%s on %s: %s", task.TASK, device, _describe(cfg, datasets, accelerator, total_steps))
-    train_step = TrainStep(model, optimizer, accelerator, cfg, total_steps)
 
     # --- the loop
     model.train()
@@ -112,7 +112,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     micro_batches, saved_step, eval_metrics = None, progress.step, {}
     with (
         open_metrics_log(accelerator, output_dir, progress) as metrics_log,
-        progress_bar(accelerator, progress) as bar,
+        progress_report(accelerator, progress) as report,
         build_profiler(cfg.profile, output_dir / "profile") as profiler,
         preemption(accelerator) as stop,
     ):
@@ -135,8 +135,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             if progress.step % cfg.log_every == 0 or last_step:
                 record = window.close(progress.epoch, grad_norm, lr)
                 metrics_log.write(record)
-                bar.update(progress.step - bar.n)
-                bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}")
+                report.show(progress.step, record)
                 throughput.logged(record["samples"])
                 window.restart(progress.step)
 

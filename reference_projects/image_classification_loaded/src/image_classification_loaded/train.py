@@ -42,7 +42,7 @@ from .utils.processes import (
     on_main_process,
     open_metrics_log,
     preemption,
-    progress_bar,
+    progress_report,
     start_accelerator,
     start_log_window,
 )
@@ -107,12 +107,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     model, raw_model = _on_device(model, accelerator, cfg)
     optimizer = build_optimizer(raw_model, cfg)
     model, optimizer = prepare(accelerator, model, optimizer)
+    train_step = TrainStep(model, optimizer, accelerator, cfg, total_steps)
     training_state = TrainingState(cfg, accelerator, raw_model, optimizer, data_generator)
     if state:
         training_state.restore(state, resumed_from)
         del state  # the checkpoint's copy of every tensor, no longer needed
     log.info("%s on %s: %s", task.TASK, device, _describe(cfg, datasets, accelerator, total_steps))
-    train_step = TrainStep(model, optimizer, accelerator, cfg, total_steps)
 
     # --- the loop
     model.train()
@@ -124,7 +124,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         # The tracker's run (one that cannot start stops here) ends as failed or killed on errors
         start_tracker(accelerator, cfg, progress.step),
         open_metrics_log(accelerator, output_dir, progress) as metrics_log,
-        progress_bar(accelerator, progress) as bar,
+        progress_report(accelerator, progress) as report,
         build_profiler(cfg.profile, output_dir / "profile") as profiler,
         preemption(accelerator) as stop,
     ):
@@ -149,8 +149,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 record = window.close(progress.epoch, grad_norm, lr)
                 metrics_log.write(record)
                 accelerator.log(tracked("train", record), step=progress.step)
-                bar.update(progress.step - bar.n)
-                bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}")
+                report.show(progress.step, record)
                 throughput.logged(record["samples"])
                 window.restart(progress.step)
 
@@ -182,7 +181,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     on_main_process(
         accelerator, lambda: finish_run_folder(cfg, raw_model, datasets.preprocess, summary)
     )
-    accelerator.end_training()  # closes what Accelerate started: the tracker, the process group
+    accelerator.end_training()  # closes the tracker's run and the process group
     if cfg.export_at_end and accelerator.is_main_process:  # the final weights, verified
         log.info("%s", describe(export_run(output_dir, checkpoint="latest")))
     log.info("done: %(metric)s %(value).4f (baseline %(baseline_value).4f)", summary)

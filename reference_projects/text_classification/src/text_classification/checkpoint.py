@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 MODEL = "model"
 OPTIMIZER = "optimizer"
 SCALER = "scaler"
+SKIPPED_STEPS = "skipped_steps"  # the steps a gradient scaler skipped, where one runs
 PROGRESS = "progress"
 RNG = "rng"  # a list: one entry per process, in rank order
 CONFIG = "config"

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from accelerate import Accelerator
 from accelerate.utils import InitProcessGroupKwargs, broadcast_object_list
-from tqdm import tqdm
 
 from ..checkpoint import Progress
 from ..config import TrainConfig
@@ -19,7 +18,7 @@ from .distributed import (
     SharedPreemption,
     check_launch,
 )
-from .monitor import TrainingClock, configure_logging
+from .monitor import ProgressReport, TrainingClock, configure_logging
 from .records import MetricsLog
 
 log = logging.getLogger(__name__)
@@ -62,7 +61,10 @@ def on_main_process(accelerator: Accelerator, work: Callable[[], None]) -> None:
             failed = False
         finally:
             broadcast_object_list([failed], from_process=0)
+            if failed:  # closed before exiting: a group torn down at exit can abort (SIGABRT)
+                accelerator.state.destroy_process_group()
     elif broadcast_object_list([None], from_process=0)[0]:
+        accelerator.state.destroy_process_group()
         raise SystemExit(1)
 
 
@@ -85,14 +87,9 @@ def start_log_window(
     )
 
 
-def progress_bar(accelerator: Accelerator, progress: Progress) -> tqdm:
-    return tqdm(
-        total=progress.total_steps,
-        initial=progress.step,
-        unit="step",
-        dynamic_ncols=True,
-        disable=not accelerator.is_main_process,
-    )
+def progress_report(accelerator: Accelerator, progress: Progress) -> ProgressReport:
+    """The main process's progress bar (or log lines); the others show none."""
+    return ProgressReport(progress.total_steps, progress.step, accelerator.is_main_process)
 
 
 def preemption(accelerator: Accelerator) -> SharedPreemption:

@@ -33,6 +33,7 @@ LIBRARIES = (
     "pillow",
     "matplotlib",
     "onnx",
+    "onnxscript",
     "onnxruntime",
     "tensorboard",
 )

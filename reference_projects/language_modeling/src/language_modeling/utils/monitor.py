@@ -183,6 +183,42 @@ class Preempted(Exception):
     """Raised after the preemption checkpoint is written."""
 
 
+class ProgressReport:
+    """Progress on stderr: a tqdm bar on a terminal. In a file (a SLURM or CI log), which would
+    keep every refresh of a bar, one log line at a log step every `every_s` seconds at most,
+    and at the last step."""
+
+    def __init__(self, total: int, initial: int, shown: bool = True, every_s: float = 30.0):
+        self.total, self.every_s, self.last_line = total, every_s, -math.inf
+        self.shown, self.terminal = shown, sys.stderr.isatty()
+        self.bar = tqdm(
+            total=total,
+            initial=initial,
+            unit="step",
+            dynamic_ncols=True,
+            disable=not (shown and self.terminal),
+        )
+
+    def show(self, step: int, record: dict[str, Any]) -> None:
+        """The training record of log step `step`: its loss and learning rate."""
+        loss, lr = record["loss"], record["lr"]
+        if self.terminal:
+            self.bar.update(step - self.bar.n)
+            self.bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}")
+            return
+        due = time.monotonic() >= self.last_line + self.every_s or step == self.total
+        if self.shown and due:
+            self.last_line = time.monotonic()
+            log = logging.getLogger(__name__.partition(".")[0])
+            log.info("step %d/%d | loss %.4f | lr %.2e", step, self.total, loss, lr)
+
+    def __enter__(self) -> "ProgressReport":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.bar.close()
+
+
 def configure_logging(level: int) -> None:
     """The package's log lines go to stderr through tqdm.write, so they never break the
     progress bar."""

@@ -7,11 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from accelerate import Accelerator
-from tqdm import tqdm
 
 from ..checkpoint import Progress
 from ..config import ConfigError, TrainConfig
-from .monitor import LogWindow, Preemption, TrainingClock, configure_logging
+from .monitor import LogWindow, Preemption, ProgressReport, TrainingClock, configure_logging
 from .records import MetricsLog
 
 log = logging.getLogger(__name__)
@@ -50,8 +49,8 @@ def start_log_window(
     return LogWindow(cfg.log_every, accelerator.device, first_step, progress.window_losses, clock)
 
 
-def progress_bar(accelerator: Accelerator, progress: Progress) -> tqdm:
-    return tqdm(total=progress.total_steps, initial=progress.step, unit="step", dynamic_ncols=True)
+def progress_report(accelerator: Accelerator, progress: Progress) -> ProgressReport:
+    return ProgressReport(progress.total_steps, progress.step)
 
 
 def preemption(accelerator: Accelerator) -> Preemption:
