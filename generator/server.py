@@ -249,8 +249,11 @@ class Client:
     def _started(self) -> subprocess.Popen[bytes]:
         if self._process is None or self._process.poll() is not None:
             self._pending = b""
+            # In this checkout's root, never in the caller's working directory: another thread
+            # (copier in a render) may be in a folder it deletes while the server imports.
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "generator.server"],
+                cwd=Path(__file__).resolve().parents[1],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 bufsize=0,

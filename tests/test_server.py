@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import reproduce
 
+from generator import REPO_ROOT
 from generator.answers import load_space
 from generator.check import check_combination
 from generator.launch import Options
@@ -153,6 +155,20 @@ def test_the_preloaded_modules_start_no_thread() -> None:
 
     assert threads(*PRELOAD) == threads("torch", "sklearn")
     assert threads("torch", "sklearn").split()[0] == "1"  # the main thread only
+
+
+def test_the_server_starts_apart_from_the_callers_working_directory(
+    client, project, tmp_path_factory, monkeypatch
+):
+    """A render in another thread may stand in a folder it deletes (copier's clone of the
+    template) while the server starts: the server's imports must not depend on it."""
+    clone = tmp_path_factory.mktemp("clone")  # a checkout of the template, as copier's
+    shutil.copytree(REPO_ROOT / "generator", clone / "generator")
+    monkeypatch.chdir(clone)
+    client._started()
+    monkeypatch.chdir(project)
+    shutil.rmtree(clone)  # while the server still imports torch
+    assert run(client, project)[0] == [0]
 
 
 def test_a_server_that_dies_is_restarted_once_then_the_check_stops(client, project):
