@@ -60,12 +60,21 @@ def on_main_process(accelerator: Accelerator, work: Callable[[], None]) -> None:
             work()
             failed = False
         finally:
-            broadcast_object_list([failed], from_process=0)
-            if failed:  # closed before exiting: a group torn down at exit can abort (SIGABRT)
-                accelerator.state.destroy_process_group()
-    elif broadcast_object_list([None], from_process=0)[0]:
-        accelerator.state.destroy_process_group()
+            _share_verdict(accelerator, failed)
+    elif _share_verdict(accelerator, None):
         raise SystemExit(1)
+
+
+def _share_verdict(accelerator: Accelerator, failed: bool | None) -> bool:
+    """Rank 0's verdict, on every process; after a failure the group is closed, as one torn
+    down at exit can abort a process (SIGABRT)."""
+    failed = broadcast_object_list([failed], from_process=0)[0]
+    # A barrier last: a process group closed right after a broadcast can deadlock, its
+    # threads waiting for the GIL to free the broadcast's tensors while the close joins them.
+    accelerator.wait_for_everyone()
+    if failed:
+        accelerator.state.destroy_process_group()
+    return failed
 
 
 def open_metrics_log(
