@@ -2,13 +2,15 @@
 and the loop's log window, metrics log, progress bar and preemption handler, each the
 global one (the main process logs and writes; every process stops together)."""
 
+import functools
 import logging
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
+import torch
 from accelerate import Accelerator
-from accelerate.utils import InitProcessGroupKwargs, broadcast_object_list
+from accelerate.utils import InitProcessGroupKwargs
 
 from ..checkpoint import Progress
 from ..config import TrainConfig
@@ -54,27 +56,38 @@ def on_main_process(accelerator: Accelerator, work: Callable[[], None]) -> None:
     main process raises its error, which main() reports in one line; the others exit with
     status 1 and nothing to add.
     """
-    if accelerator.is_main_process:
+    if accelerator.num_processes == 1:  # started alone: no process group to tell
+        work()
+    elif accelerator.is_main_process:
         failed = True
         try:
             work()
             failed = False
         finally:
             _share_verdict(accelerator, failed)
-    elif _share_verdict(accelerator, None):
+    elif _share_verdict(accelerator, False):
         raise SystemExit(1)
 
 
-def _share_verdict(accelerator: Accelerator, failed: bool | None) -> bool:
+def _share_verdict(accelerator: Accelerator, failed: bool) -> bool:
     """Rank 0's verdict, on every process; after a failure the group is closed, as one torn
     down at exit can abort a process (SIGABRT)."""
-    failed = broadcast_object_list([failed], from_process=0)[0]
-    # A barrier last: a process group closed right after a broadcast can deadlock, its
-    # threads waiting for the GIL to free the broadcast's tensors while the close joins them.
-    accelerator.wait_for_everyone()
+    verdict = _verdict_buffer(accelerator.device)
+    verdict.fill_(failed)
+    torch.distributed.broadcast(verdict, src=0)
+    failed = bool(verdict.item())
     if failed:
         accelerator.state.destroy_process_group()
     return failed
+
+
+@functools.cache
+def _verdict_buffer(device: torch.device) -> torch.Tensor:
+    """One tensor for every verdict, kept while the process lives. A collective's tensor that
+    Python has let go of is freed by the process group's thread, which needs the GIL for it;
+    when the group closes right after (a verdict, then the end of the run), the close holds
+    the GIL while it joins that thread, and both wait for ever."""
+    return torch.zeros(1, dtype=torch.int32, device=device)
 
 
 def open_metrics_log(
