@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
+from ruff.__main__ import find_ruff_bin
 
 from generator.answers import Answer
 from generator.render import ANSWERS_FILE
@@ -39,6 +39,8 @@ CHOICE_MARKERS: dict[str, dict[Answer, tuple[str, ...]]] = {
     },
 }
 
+# The binary itself: `python -m ruff` would start an interpreter to find it, twice a render.
+RUFF = find_ruff_bin()
 _JINJA = re.compile(r"(?<!\$)\{\{|\{%")  # GitHub Actions' `${{ }}` is rendered output
 _TYPED_MARKER = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{\{|\{%")
 
@@ -84,7 +86,7 @@ def ruff_problems(project: Path) -> list[str]:
         return ["pyproject.toml: no [tool.ruff] section, so ruff would only use its defaults"]
     problems = []
     for args in (["format", "--check"], ["check", "--output-format", "concise"]):
-        command = [sys.executable, "-m", "ruff", *args, "--no-cache", "."]
+        command = [RUFF, *args, "--no-cache", "."]
         result = subprocess.run(command, cwd=project, capture_output=True, text=True)
         if result.returncode != 0:
             output = (result.stdout + result.stderr).strip()
