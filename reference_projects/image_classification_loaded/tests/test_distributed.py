@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 from multiprocess_runs import without_batchnorm
+from run_logs import logged
 from safetensors.torch import load_file
 
 from image_classification_loaded import train as train_module
@@ -45,7 +46,6 @@ RTOL = WEIGHTS_RTOL = 2e-2
 # It also flips the predictions of samples near a decision boundary: compare losses and
 # gradient norms, not counts such as accuracy.
 COMPARED = {"loss", "grad_norm", "lr", "samples"}
-TIMINGS = {"samples_per_s", "tokens_per_s", "data_wait", "eval_s"}
 
 
 def run_args(output_dir: Path, *extra: str) -> list[str]:
@@ -66,11 +66,6 @@ def run_args(output_dir: Path, *extra: str) -> list[str]:
         "export_at_end": False,
     }
     return [f"--{name}={value}" for name, value in fields.items()] + list(extra)
-
-
-def logged(output_dir: Path) -> list[dict]:
-    lines = (output_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(line).items() if k not in TIMINGS} for line in lines]
 
 
 def weights(output_dir: Path) -> dict[str, torch.Tensor]:
@@ -117,10 +112,11 @@ def assert_same_end(actual: Path, expected: Path) -> None:
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory, embedded_args):
     """One launch of 2 processes: two whole runs (no accumulation, and 2 micro-batches a
-    step), the first resumed from its step-3 checkpoint, a run that logs every 2 steps and
-    two preempted like it (with a checkpoint due at the step they stop at, and without), each
-    followed by the same command again, then the missed collective. The report of each
-    process lists, for each run, the steps it trained and the code it exited with."""
+    step), the first resumed from its step-3 checkpoint, a profiled run, a run that logs
+    every 2 steps and two preempted like it (with a checkpoint due at the step they stop
+    at, and without), each followed by the same command again, then the missed collective.
+    The report of each process lists, for each run, the steps it trained and the code it
+    exited with."""
     root = tmp_path_factory.mktemp("two-processes")
     reports = tmp_path_factory.mktemp("reports")
     # A run of one process with the global batch, whose checkpoint the 2 processes resume.
@@ -139,6 +135,7 @@ def launched(tmp_path_factory, embedded_args):
         "accumulated": run("accumulated", "--grad_accum_steps", "2"),
         "resumed": run("resumed", "--resume", str(step_3)),
         "from-one": run("from-one", "--resume", str(root / "one/checkpoints/step-000003.pt")),
+        "profiled": run("profiled", "--profile", "true"),
         "logged-every-2": run("logged-every-2", *every_2),
     }
     # SIGTERM reaches rank 1 a step before rank 0, as a scheduler's signal may reach the
@@ -203,7 +200,9 @@ def test_two_processes_with_half_the_batch_match_one_with_all(launched, one_proc
 
 def test_only_rank_0_writes_and_each_step_is_logged_once(launched):
     root, report = launched
-    assert report[1]["writes"] == [], "rank 1 wrote files"
+    assert report[1]["writes"] == [], "rank 1 wrote files"  # the profiled run's trace included
+    trace = json.loads((root / "profiled" / "profile" / "trace.json").read_text())
+    assert any(event.get("name") == "ProfilerStep#2" for event in trace["traceEvents"])
     steps = [(r["step"], r.get("split")) for r in logged(root / "whole")]
     expected = [(step, None) for step in range(1, STEPS + 1)] + [(3, "val"), (6, "val")]
     assert sorted(steps, key=str) == sorted(expected, key=str)

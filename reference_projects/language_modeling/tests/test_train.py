@@ -81,10 +81,15 @@ class FakeClock:
 
 def test_throughput_leaves_out_evaluation_and_checkpoints(short_run, tmp_path, monkeypatch):
     """They get seconds of their own (eval_s, checkpoint_s); samples_per_s and data_wait,
-    of each log record and of the summary, count training steps only."""
+    of each log record and of the summary, count training steps only, and the set-up before
+    the first step (here the profiler's, made slow) is no step's."""
     clock, pause_s = FakeClock(), 100.0
     monkeypatch.setattr(time, "perf_counter", clock)
-    for module, name in ((train_module, "evaluate"), (state, "save_checkpoint")):
+    for module, name in (
+        (train_module, "evaluate"),
+        (state, "save_checkpoint"),
+        (train_module, "start_profiler"),
+    ):
         monkeypatch.setattr(module, name, clock.taking(pause_s, getattr(module, name)))
     summary = main(short_run("--eval_every", "1", "--checkpoint_every", "1"))
     steps = summary["steps"]
@@ -93,10 +98,18 @@ def test_throughput_leaves_out_evaluation_and_checkpoints(short_run, tmp_path, m
     train = [record for record in map(json.loads, lines) if "split" not in record]
     val = [record for record in map(json.loads, lines) if "split" in record]
     assert len(train) == len(val) == steps and all(r["eval_s"] >= pause_s for r in val)
-    # Each window after the first spans an evaluation and a checkpoint.
-    assert all(r["samples"] / r["samples_per_s"] < 1 for r in train[1:])
+    # Each window after the first spans an evaluation and a checkpoint; the first, the set-up.
+    assert all(r["samples"] / r["samples_per_s"] < 1 for r in train)
     timed_samples = sum(record["samples"] for record in train[1:])
     assert timed_samples / summary["samples_per_s"] < 1
+
+
+def test_profile_traces_three_steps_after_two_of_warm_up(short_run, tmp_path):
+    main(short_run("--profile", "true"))
+    trace = json.loads((tmp_path / "run" / "profile" / "trace.json").read_text())
+    names = {event.get("name", "") for event in trace["traceEvents"]}
+    traced = sorted(name for name in names if name.startswith("ProfilerStep#"))
+    assert traced == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
 
 
 def test_same_seed_same_losses_other_seed_other_losses(short_run, tmp_path):

@@ -1,7 +1,6 @@
 """Exact, crash-safe resume: a run killed at any step and rerun ends exactly where an
 uninterrupted run ends (weights, optimizer state, every logged metric), bit for bit on CPU."""
 
-import json
 import multiprocessing
 import os
 import random
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_logs import logged
 from safetensors.torch import load_file
 
 from semantic_segmentation import task
@@ -26,8 +26,6 @@ PRELOAD = [
     "semantic_segmentation.train",
     "torch._dynamo",
 ]
-# Timings differ between runs; everything else a run logs must be identical.
-TIMINGS = {"samples_per_s", "tokens_per_s", "data_wait", "eval_s"}
 
 
 def run_args(output_dir: Path, *extra: str) -> list[str]:
@@ -39,11 +37,6 @@ def run_args(output_dir: Path, *extra: str) -> list[str]:
         "checkpoint_every": 5,
     }
     return [f"--{name}={value}" for name, value in fields.items()] + list(extra)
-
-
-def logged(output_dir: Path) -> list[dict]:
-    lines = (output_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(line).items() if k not in TIMINGS} for line in lines]
 
 
 def steps_logged(metrics: Path) -> int:

@@ -43,8 +43,8 @@ from .utils.processes import (
     progress_report,
     start_accelerator,
     start_log_window,
+    start_profiler,
 )
-from .utils.profiling import build_profiler
 from .utils.records import finish_run_folder, peak_memory_mb, start_run_folder
 from .utils.seed import seed_everything
 
@@ -96,8 +96,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     assert_modules_registered(model)  # before the optimizer, which would miss hidden layers
     model, raw_model = _on_device(model, accelerator)
     optimizer = build_optimizer(raw_model, cfg)
-    model, optimizer = prepare(accelerator, model, optimizer)
-    train_step = TrainStep(model, optimizer, accelerator, cfg, total_steps)
+    train_step = TrainStep(*prepare(accelerator, model, optimizer), accelerator, cfg, total_steps)
     training_state = TrainingState(cfg, accelerator, raw_model, optimizer, data_generator)
     if state:
         training_state.restore(state, resumed_from)
@@ -105,17 +104,17 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     log.info("%s on %s: %s", task.TASK, device, _describe(cfg, datasets, accelerator, total_steps))
 
     # --- the loop
-    model.train()
-    clock = TrainingClock(device)  # stops during evaluation and checkpoints
-    throughput = Throughput(clock)
-    window = start_log_window(accelerator, cfg, progress, clock)
+    train_step.model.train()
     micro_batches, saved_step, eval_metrics = None, progress.step, {}
     with (
         open_metrics_log(accelerator, output_dir, progress) as metrics_log,
         progress_report(accelerator, progress) as report,
-        build_profiler(cfg.profile, output_dir / "profile") as profiler,
+        start_profiler(accelerator, cfg, output_dir) as profiler,
         preemption(accelerator) as stop,
     ):
+        clock = TrainingClock(device)  # after the tracker's start; stops for eval and checkpoints
+        throughput = Throughput(clock)
+        window = start_log_window(accelerator, cfg, progress, clock)
         while progress.step < total_steps and not stop.requested:
             if micro_batches is None:
                 train_loader.batch_sampler.set_epoch(progress.epoch, start_batch=progress.batch)

@@ -60,7 +60,11 @@ def prepare(
 class TrainStep:
     """One optimizer step: forward and backward over a group of micro-batches, gradients
     accumulated, then clipping, the scheduled learning rate and the update. Losses, samples
-    and the wait for batches go to the log window."""
+    and the wait for batches go to the log window.
+
+    The prepared model's forward runs under bf16 autocast and returns fp32 outputs
+    (Accelerate wraps it), so the loss is computed in fp32, as autocast would run it.
+    """
 
     def __init__(
         self,

@@ -39,14 +39,15 @@ from .utils.monitor import (
     TrainingDiverged,
 )
 from .utils.processes import (
+    close_processes,
     on_main_process,
     open_metrics_log,
     preemption,
     progress_report,
     start_accelerator,
     start_log_window,
+    start_profiler,
 )
-from .utils.profiling import build_profiler
 from .utils.records import finish_run_folder, peak_memory_mb, start_run_folder
 from .utils.seed import seed_everything
 from .utils.tracker_run import tracked
@@ -106,8 +107,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     assert_modules_registered(model)  # before the optimizer, which would miss hidden layers
     model, raw_model = _on_device(model, accelerator, cfg)
     optimizer = build_optimizer(raw_model, cfg)
-    model, optimizer = prepare(accelerator, model, optimizer)
-    train_step = TrainStep(model, optimizer, accelerator, cfg, total_steps)
+    train_step = TrainStep(*prepare(accelerator, model, optimizer), accelerator, cfg, total_steps)
     training_state = TrainingState(cfg, accelerator, raw_model, optimizer, data_generator)
     if state:
         training_state.restore(state, resumed_from)
@@ -115,19 +115,19 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     log.info("%s on %s: %s", task.TASK, device, _describe(cfg, datasets, accelerator, total_steps))
 
     # --- the loop
-    model.train()
-    clock = TrainingClock(device)  # stops during evaluation and checkpoints
-    throughput = Throughput(clock)
-    window = start_log_window(accelerator, cfg, progress, clock)
+    train_step.model.train()
     micro_batches, saved_step, eval_metrics = None, progress.step, {}
     with (
         # The tracker's run (one that cannot start stops here) ends as failed or killed on errors
         start_tracker(accelerator, cfg, progress.step),
         open_metrics_log(accelerator, output_dir, progress) as metrics_log,
         progress_report(accelerator, progress) as report,
-        build_profiler(cfg.profile, output_dir / "profile") as profiler,
+        start_profiler(accelerator, cfg, output_dir) as profiler,
         preemption(accelerator) as stop,
     ):
+        clock = TrainingClock(device)  # after the tracker's start; stops for eval and checkpoints
+        throughput = Throughput(clock)
+        window = start_log_window(accelerator, cfg, progress, clock)
         while progress.step < total_steps and not stop.requested:
             if micro_batches is None:
                 train_loader.batch_sampler.set_epoch(progress.epoch, start_batch=progress.batch)
@@ -181,7 +181,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     on_main_process(
         accelerator, lambda: finish_run_folder(cfg, raw_model, datasets.preprocess, summary)
     )
-    accelerator.end_training()  # closes the tracker's run and the process group
+    close_processes(accelerator, train_step)
+    accelerator.end_training()  # closes the tracker's run
     if cfg.export_at_end and accelerator.is_main_process:  # the final weights, verified
         log.info("%s", describe(export_run(output_dir, checkpoint="latest")))
     log.info("done: %(metric)s %(value).4f (baseline %(baseline_value).4f)", summary)

@@ -1,16 +1,18 @@
 """What running as one process decides: the Accelerator and its log, and the loop's log
-window, metrics log, progress bar and preemption handler."""
+window, metrics log, progress bar, profiler and preemption handler."""
 
 import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
 from accelerate import Accelerator
 
 from ..checkpoint import Progress
 from ..config import ConfigError, TrainConfig
 from .monitor import LogWindow, Preemption, ProgressReport, TrainingClock, configure_logging
+from .profiling import NoProfiler, build_profiler
 from .records import MetricsLog
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,12 @@ def start_log_window(
 
 def progress_report(accelerator: Accelerator, progress: Progress) -> ProgressReport:
     return ProgressReport(progress.total_steps, progress.step)
+
+
+def start_profiler(
+    accelerator: Accelerator, cfg: TrainConfig, output_dir: Path
+) -> torch.profiler.profile | NoProfiler:
+    return build_profiler(cfg.profile, output_dir / "profile")
 
 
 def preemption(accelerator: Accelerator) -> Preemption:

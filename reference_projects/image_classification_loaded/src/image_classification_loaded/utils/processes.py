@@ -1,8 +1,8 @@
 """What running as several processes decides: the Accelerator that joins them and its log,
-and the loop's log window, metrics log, progress bar and preemption handler, each the
-global one (the main process logs and writes; every process stops together)."""
+and the loop's log window, metrics log, progress bar, profiler and preemption handler, each
+the global one (the main process logs and writes; every process stops together)."""
 
-import functools
+import gc
 import logging
 from collections.abc import Callable
 from datetime import timedelta
@@ -14,6 +14,7 @@ from accelerate.utils import InitProcessGroupKwargs
 
 from ..checkpoint import Progress
 from ..config import TrainConfig
+from ..optim import TrainStep
 from .distributed import (
     DiscardedLog,
     GlobalLogWindow,
@@ -21,6 +22,7 @@ from .distributed import (
     check_launch,
 )
 from .monitor import ProgressReport, TrainingClock, configure_logging
+from .profiling import NoProfiler, build_profiler
 from .records import MetricsLog
 
 log = logging.getLogger(__name__)
@@ -72,8 +74,7 @@ def on_main_process(accelerator: Accelerator, work: Callable[[], None]) -> None:
 def _share_verdict(accelerator: Accelerator, failed: bool) -> bool:
     """Rank 0's verdict, on every process; after a failure the group is closed, as one torn
     down at exit can abort a process (SIGABRT)."""
-    verdict = _verdict_buffer(accelerator.device)
-    verdict.fill_(failed)
+    verdict = torch.tensor([int(failed)], device=accelerator.device)
     torch.distributed.broadcast(verdict, src=0)
     failed = bool(verdict.item())
     if failed:
@@ -81,13 +82,17 @@ def _share_verdict(accelerator: Accelerator, failed: bool) -> bool:
     return failed
 
 
-@functools.cache
-def _verdict_buffer(device: torch.device) -> torch.Tensor:
-    """One tensor for every verdict, kept while the process lives. A collective's tensor that
-    Python has let go of is freed by the process group's thread, which needs the GIL for it;
-    when the group closes right after (a verdict, then the end of the run), the close holds
-    the GIL while it joins that thread, and both wait for ever."""
-    return torch.zeros(1, dtype=torch.int32, device=device)
+def close_processes(accelerator: Accelerator, train_step: TrainStep) -> None:
+    """Close the process group once DDP has let go of it. Were DDP's reducer the group's last
+    holder, freeing it would join the group's threads while holding the GIL, which a thread
+    freeing a collective's tensors waits for: the run would log `done` and hang. The group's
+    own close releases the GIL while it joins them. The barrier first gives those threads
+    time to free the last collectives' tensors (its own has none that Python holds)."""
+    accelerator.wait_for_everyone()
+    train_step.model = None  # the DDP wrapper; Accelerate holds the only other reference
+    accelerator.free_memory()
+    gc.collect()  # DDP in a reference cycle would otherwise outlive the group
+    accelerator.state.destroy_process_group()
 
 
 def open_metrics_log(
@@ -112,6 +117,14 @@ def start_log_window(
 def progress_report(accelerator: Accelerator, progress: Progress) -> ProgressReport:
     """The main process's progress bar (or log lines); the others show none."""
     return ProgressReport(progress.total_steps, progress.step, accelerator.is_main_process)
+
+
+def start_profiler(
+    accelerator: Accelerator, cfg: TrainConfig, output_dir: Path
+) -> torch.profiler.profile | NoProfiler:
+    """The main process's profiler: it writes every file of the run, and DDP's gradient
+    all-reduce in its trace shows how long it waited for the others."""
+    return build_profiler(cfg.profile and accelerator.is_main_process, output_dir / "profile")
 
 
 def preemption(accelerator: Accelerator) -> SharedPreemption:
