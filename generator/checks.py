@@ -6,6 +6,7 @@ Problems are reported together so one run shows everything wrong with a combinat
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 from collections.abc import Mapping
@@ -96,14 +97,21 @@ def ruff_problems(project: Path) -> list[str]:
 
 def compile_problems(texts: Mapping[Path, str]) -> list[str]:
     """Byte-compile every .py file in memory (what compileall does, minus the .pyc files)."""
-    problems = []
-    for path, text in texts.items():
-        if path.suffix == ".py":
-            try:
-                compile(text, str(path), "exec", dont_inherit=True)
-            except SyntaxError as error:
-                problems.append(f"{path}:{error.lineno}: does not compile: {error.msg}")
-    return problems
+    problems = (_compile_problem(str(path), text) for path, text in texts.items())
+    return [problem for problem in problems if problem]
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile_problem(path: str, text: str) -> str | None:
+    """Most files of one combination's render are those of another's, byte for byte: each
+    text is compiled once however many renders hold it."""
+    if not path.endswith(".py"):
+        return None
+    try:
+        compile(text, path, "exec", dont_inherit=True)
+    except SyntaxError as error:
+        return f"{path}:{error.lineno}: does not compile: {error.msg}"
+    return None
 
 
 def whitespace_problems(texts: Mapping[Path, str]) -> list[str]:
