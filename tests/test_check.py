@@ -7,6 +7,7 @@ import os
 import shlex
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -172,16 +173,34 @@ def test_a_launch_that_fails_fails_the_train_stage_with_its_output(
     assert "**FAIL**" in (report / "report.md").read_text(encoding="utf-8")
 
 
-@pytest.mark.slow
-def test_default_combination_passes_every_stage(tmp_path: Path) -> None:
+EXPORTING = DEFAULTS | {"task_type": "tabular_regression", "export_target": "torchscript"}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Client]:
+    """One process server for the checks below that run the project's own commands."""
+    with Client() as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def exporting_check(tmp_path_factory: pytest.TempPathFactory, server: Client) -> tuple:
+    """A combination with an export target, checked through every stage."""
+    folder = tmp_path_factory.mktemp("exporting") / "c"
+    options = Options(folder.parent / "cache")
     result = check_combination(
-        SPACE, DEFAULTS, tmp_path / "c", options(tmp_path), project_tests=False
+        SPACE, EXPORTING, folder, options, project_tests=False, client=server
     )
+    return result, folder / "out" / "fast-dev-run"
+
+
+@pytest.mark.slow
+def test_a_combination_passes_every_stage(exporting_check: tuple) -> None:
+    result, run = exporting_check
     assert result.ok, result.log_tail
-    assert [s.name for s in result.stages] == FAST_STAGES
-    run = tmp_path / "c" / "out" / "fast-dev-run"
+    assert [s.name for s in result.stages] == [*FAST_STAGES, "export"]
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
-    assert summary["steps"] == 4 + 2
+    assert summary["steps"] == 4 + 2  # the fast dev run's, then the resume's
 
 
 # Runs `python -m MODULE ARGS` adding `--resume none` to the resume stage's run (the one that
@@ -236,17 +255,12 @@ def test_a_fast_dev_run_that_writes_beside_its_folder_fails_the_train_stage(
     assert "wrote ['config.yaml'] outside fast-dev-run/" in result.log_tail
 
 
-EXPORTING = DEFAULTS | {"task_type": "tabular_regression", "export_target": "torchscript"}
-
-
 @pytest.mark.slow
-def test_an_export_is_checked_after_the_run_and_from_the_best_checkpoint(tmp_path: Path) -> None:
-    result = check_combination(
-        SPACE, EXPORTING, tmp_path / "c", options(tmp_path), project_tests=False
-    )
+def test_an_export_is_checked_after_the_run_and_from_the_best_checkpoint(
+    exporting_check: tuple,
+) -> None:
+    result, run = exporting_check
     assert result.ok, result.log_tail
-    assert [s.name for s in result.stages] == [*FAST_STAGES, "export"]
-    run = tmp_path / "c" / "out" / "fast-dev-run"
     meta = json.loads((run / "export" / "model.json").read_text("utf-8"))
     best = (run / "checkpoints" / "best").read_text("utf-8").strip()
     assert Path(meta["checkpoint"]).name == best and meta["verified"]
@@ -254,11 +268,11 @@ def test_an_export_is_checked_after_the_run_and_from_the_best_checkpoint(tmp_pat
 
 @pytest.mark.slow
 def test_an_export_command_that_fails_fails_the_export_stage(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: Client
 ) -> None:
     monkeypatch.setattr(check, "BEST", ("--checkpoint", str(tmp_path / "missing.pt")))
     result = check_combination(
-        SPACE, EXPORTING, tmp_path / "c", options(tmp_path), project_tests=False
+        SPACE, EXPORTING, tmp_path / "c", options(tmp_path), project_tests=False, client=server
     )
     assert result.failed_stage == "export", result.log_tail
     assert "missing.pt" in result.log_tail

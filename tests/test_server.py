@@ -1,6 +1,7 @@
 """The process server of `generator check`: each stage a fresh child of a server that has
 imported the heavy modules, with the stage's folder, environment, arguments and log; the
-failures named; several processes started as torchrun starts them."""
+failures named; several processes started as torchrun starts them. That the server and plain
+processes give the same verdict on a combination is tests/test_bench.py's check_cost."""
 
 from __future__ import annotations
 
@@ -13,15 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import reproduce
 
 from generator import REPO_ROOT
-from generator.answers import load_space
-from generator.check import check_combination
-from generator.launch import Options
 from generator.server import PRELOAD, Client, ServerDied, describe
-
-SPACE = load_space()
 
 STAGE = """\
 import json, os, signal, sys
@@ -178,25 +173,3 @@ def test_a_server_that_dies_is_restarted_once_then_the_check_stops(client, proje
     client._process.kill()
     with pytest.raises(ServerDied):
         run(client, project)
-
-
-@pytest.mark.slow
-def test_server_and_plain_processes_agree_on_a_combination(tmp_path: Path) -> None:
-    answers = SPACE.defaults() | {"task_type": "tabular_regression", "export_target": "onnx"}
-    answers |= {"compile": False, "distributed": "multi"}
-    verdicts = {}
-    for server in (True, False):
-        options = Options(tmp_path / "cache", jobs=1, server=server)
-        folder = tmp_path / ("server" if server else "plain")
-        with Client() as client:
-            result = check_combination(
-                SPACE,
-                answers,
-                folder,
-                options,
-                project_tests=False,
-                client=client if server else None,
-            )
-        verdicts[server] = (result.ok, [stage.name for stage in result.stages])
-        assert result.ok, f"{reproduce(answers)}\n{result.log_tail}"
-    assert verdicts[True] == verdicts[False]
