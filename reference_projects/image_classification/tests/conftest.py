@@ -5,6 +5,7 @@ import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
 
 from image_classification.config import load_config
+from image_classification.utils import records
 
 # The task's data for the tests: the embedded data's arguments, small datasets in the
 # user's format (tests/data_fixtures.py).
@@ -36,6 +37,13 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(autouse=True)
+def skip_drawing_curves(monkeypatch):
+    """Drawing curves.png costs matplotlib a fifth of a second, more than a short run trains:
+    only test_run_records.py, which checks the picture, draws it."""
+    monkeypatch.setattr(records, "plot_curves", lambda *args: None)
+
+
 @pytest.fixture
 def short_run(tmp_path, short_run_in):
     """Arguments for a short run into a fresh output directory; extra arguments override."""
@@ -57,6 +65,9 @@ def short_run_in():
             "log_every": 1,
             "eval_every": 3,
             "checkpoint_every": 3,
+            # A narrow model: most tests run a few steps many times, and what they check does
+            # not depend on its size (test_fast_dev_run runs the defaults).
+            "width": 8,
         }
         return [f"--{name}={value}" for name, value in fields.items()] + list(extra)
 

@@ -4,7 +4,6 @@ import numpy as np
 from PIL import Image
 from sklearn.datasets import load_digits
 
-from image_classification.config import FAST_DEV_RUN_DIR
 from image_classification.data import stratified_split
 from image_classification.predict import (
     load_trained,
@@ -14,9 +13,9 @@ from image_classification.predict import (
 from image_classification.train import main as train
 
 
-def test_predictions_from_image_files_reproduce_the_evaluation(tmp_path, capsys, fast_dev_run):
-    summary = train(["--output_dir", str(tmp_path), *fast_dev_run])
-    model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
+def test_predictions_from_image_files_reproduce_the_evaluation(tmp_path, capsys, short_run):
+    summary = train(short_run())
+    model_dir = tmp_path / "run" / "model"
     digits = load_digits()
     _, val_idx = stratified_split(digits.target, val_fraction=0.2)
     images = [Image.fromarray(np.uint8(digits.images[i] * 255 / 16)) for i in val_idx]

@@ -25,26 +25,14 @@ def test_baseline_predicts_the_majority_class_of_the_training_split():
     assert task.baseline(train_targets, torch.tensor([2, 1, 2, 0])) == 0.5
 
 
-def test_one_batch_can_be_overfit(tmp_path):
-    summary = main(
-        [
-            "--output_dir",
-            str(tmp_path),
-            "--overfit_batches",
-            "1",
-            "--batch_size",
-            "32",
-            "--epochs",
-            "150",
-            "--warmup_steps",
-            "10",
-            "--dropout",
-            "0",
-            "--log_every",
-            "10",
-        ]
-    )
-    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+def test_one_batch_can_be_overfit(short_run, tmp_path, cfg):
+    fields = ["--overfit_batches", "1", "--batch_size", "32", "--dropout", "0"]
+    fields += ["--width", str(cfg.width)]  # the default model, not the tests' narrow one
+    fields += ["--epochs", "150", "--max_steps", "150", "--warmup_steps", "10"]
+    # Evaluated and saved once, at the end: not after each epoch of one step.
+    fields += ["--eval_every", "150", "--checkpoint_every", "150", "--log_every", "10"]
+    summary = main(short_run(*fields))
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     losses = [record["loss"] for record in map(json.loads, lines) if "split" not in record]
     assert losses[-1] < 0.01
     assert summary["value"] == 1.0  # evaluated on that same batch

@@ -6,6 +6,7 @@ from accelerate.state import AcceleratorState, GradientState, PartialState
 
 from image_classification_loaded.config import load_config
 from image_classification_loaded.train import main as train
+from image_classification_loaded.utils import records
 
 # The task's data for the tests: the embedded data's arguments, small datasets in the
 # user's format (tests/data_fixtures.py).
@@ -37,6 +38,13 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(autouse=True)
+def skip_drawing_curves(monkeypatch):
+    """Drawing curves.png costs matplotlib a fifth of a second, more than a short run trains:
+    only test_run_records.py, which checks the picture, draws it."""
+    monkeypatch.setattr(records, "plot_curves", lambda *args: None)
+
+
 @pytest.fixture
 def short_run(tmp_path, short_run_in):
     """Arguments for a short run into a fresh output directory; extra arguments override."""
@@ -58,6 +66,9 @@ def short_run_in():
             "log_every": 1,
             "eval_every": 3,
             "checkpoint_every": 3,
+            # A narrow model: most tests run a few steps many times, and what they check does
+            # not depend on its size (test_fast_dev_run runs the defaults).
+            "width": 8,
             # Compiling costs seconds per run; test_fast_dev_run trains the compiled model.
             "compile": False,
             "export_at_end": False,  # test_export.py exports; other tests need not pay for it
@@ -75,14 +86,12 @@ def fast_dev_run():
 
 
 @pytest.fixture(scope="session")
-def exported(tmp_path_factory):
-    """A fast dev run's 4 steps, ending with the verified export, in outputs/run, where the
-    README's examples read it (a fast dev run itself writes into outputs/run/fast-dev-run)."""
+def exported(tmp_path_factory, short_run_in):
+    """A short run of 4 steps, ending with the verified export, in outputs/run, where the
+    README's examples read it."""
     run_dir = tmp_path_factory.mktemp("project") / "outputs" / "run"
-    args = ["--output_dir", str(run_dir), "--max_steps", "4", "--eval_every", "2"]
-    args += ["--checkpoint_every", "2", "--log_every", "1"]
-    args += ["--compile", "false"]  # test_train's fast dev run covers the compiled model
-    train(args)
+    every_2_steps = ["--eval_every", "2", "--checkpoint_every", "2"]
+    train(short_run_in(run_dir, "--max_steps", "4", *every_2_steps, "--export_at_end", "true"))
     return run_dir
 
 

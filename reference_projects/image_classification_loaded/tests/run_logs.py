@@ -1,7 +1,10 @@
-"""What the tests read back from a run's metrics.jsonl."""
+"""What the tests read back from a run: its metrics.jsonl, and where it ended."""
 
 import json
 from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
 
 # Timings differ between runs; everything else a run logs must be identical.
 TIMINGS = {"samples_per_s", "tokens_per_s", "data_wait", "eval_s"}
@@ -11,3 +14,20 @@ def logged(output_dir: Path) -> list[dict]:
     """Every record of output_dir/metrics.jsonl, without its timings."""
     lines = (output_dir / "metrics.jsonl").read_text().splitlines()
     return [{k: v for k, v in json.loads(line).items() if k not in TIMINGS} for line in lines]
+
+
+def assert_same_end(actual: Path, expected: Path, final_step: int) -> None:
+    """Bit for bit the same final weights (model/), and the same progress and optimizer state
+    (moments, step counts, schedule) in the checkpoint of `final_step`."""
+    want_weights = load_file(expected / "model" / "model.safetensors")
+    got_weights = load_file(actual / "model" / "model.safetensors")
+    assert got_weights.keys() == want_weights.keys()
+    assert all(torch.equal(got_weights[key], want_weights[key]) for key in want_weights)
+    final = f"checkpoints/step-{final_step:06d}.pt"
+    want = torch.load(expected / final, map_location="cpu", weights_only=True)
+    got = torch.load(actual / final, map_location="cpu", weights_only=True)
+    assert got["progress"] == want["progress"]
+    assert got["optimizer"]["param_groups"] == want["optimizer"]["param_groups"]
+    for index, state in want["optimizer"]["state"].items():
+        for name, value in state.items():
+            assert torch.equal(got["optimizer"]["state"][index][name], value), (index, name)

@@ -135,7 +135,7 @@ def test_a_run_without_checkpoints_is_a_one_line_error(tmp_path):
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ({"width": 8}, "does not fit this model"),  # the weights are of the default width
+        ({"width": 16}, "does not fit this model"),  # the weights are of another width
         ({"no_such_field": 1}, "is not from this project"),
     ],
 )

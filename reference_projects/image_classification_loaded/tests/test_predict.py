@@ -14,7 +14,6 @@ from image_classification_loaded.artifact import (
     load_artifact,
 )
 from image_classification_loaded.checkpoint import load_checkpoint
-from image_classification_loaded.config import FAST_DEV_RUN_DIR
 from image_classification_loaded.data import stratified_split
 from image_classification_loaded.export import (
     ATOL,
@@ -33,9 +32,9 @@ from image_classification_loaded.train import main as train
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def test_predictions_from_image_files_reproduce_the_evaluation(tmp_path, capsys, fast_dev_run):
-    summary = train(["--output_dir", str(tmp_path), *fast_dev_run])
-    model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
+def test_predictions_from_image_files_reproduce_the_evaluation(tmp_path, capsys, short_run):
+    summary = train(short_run())
+    model_dir = tmp_path / "run" / "model"
     digits = load_digits()
     _, val_idx = stratified_split(digits.target, val_fraction=0.2)
     images = [Image.fromarray(np.uint8(digits.images[i] * 255 / 16)) for i in val_idx]

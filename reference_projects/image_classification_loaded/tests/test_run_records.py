@@ -33,6 +33,11 @@ RUN_FIELDS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def skip_drawing_curves():
+    """These tests check the picture: unlike the others (conftest.py), they draw it."""
+
+
 def test_run_json_and_curves_record_the_run(short_run, tmp_path):
     main(short_run())
     run = json.loads((tmp_path / "run" / "run.json").read_text())

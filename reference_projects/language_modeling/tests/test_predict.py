@@ -2,7 +2,7 @@
 
 import pytest
 
-from language_modeling.config import FAST_DEV_RUN_DIR
+from language_modeling.config import load_config
 from language_modeling.data import (
     embedded_text,
     split,
@@ -15,11 +15,13 @@ from language_modeling.predict import (
 from language_modeling.train import main as train
 
 
-def test_scoring_the_validation_text_reproduces_the_evaluation(tmp_path, capsys, fast_dev_run):
-    summary = train(["--output_dir", str(tmp_path), *fast_dev_run])
-    model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
+def test_scoring_the_validation_text_reproduces_the_evaluation(tmp_path, capsys, short_run):
+    args = short_run()
+    summary, cfg = train(args), load_config(args)
+    model_dir = tmp_path / "run" / "model"
     model, preprocess = load_trained(model_dir)
-    _, val_ids = split(preprocess.encode(embedded_text()), val_fraction=0.1)
+    text = preprocess.encode(embedded_text())[: cfg.corpus_bytes]
+    _, val_ids = split(text, val_fraction=cfg.val_fraction)
     val_text = preprocess.decode(val_ids)
     (score,) = predict(model, preprocess, [val_text])
     assert score == pytest.approx(summary["value"], rel=1e-4)  # float sums in another order
@@ -30,9 +32,9 @@ def test_scoring_the_validation_text_reproduces_the_evaluation(tmp_path, capsys,
     assert capsys.readouterr().out.strip() == f"{path}\t{score:.4f} bits/char"
 
 
-def test_text_too_short_to_score_is_a_one_line_error(tmp_path, fast_dev_run):
-    train(["--output_dir", str(tmp_path), *fast_dev_run, "--corpus_bytes", "20000"])
-    model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
+def test_text_too_short_to_score_is_a_one_line_error(tmp_path, short_run):
+    train(short_run())
+    model_dir = tmp_path / "run" / "model"
     path = tmp_path / "one.txt"
     path.write_text("x")
     with pytest.raises(SystemExit) as exit_info:

@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-from language_modeling.config import FAST_DEV_RUN_DIR
 from language_modeling.predict import load_trained
 from language_modeling.sample import (
     generate,
@@ -13,10 +12,10 @@ from language_modeling.train import main as train
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, fast_dev_run):
+def model_dir(tmp_path_factory, short_run_in):
     run_dir = tmp_path_factory.mktemp("sample") / "run"
-    train(["--output_dir", str(run_dir), *fast_dev_run, "--corpus_bytes", "20000"])
-    return run_dir / FAST_DEV_RUN_DIR / "model"
+    train(short_run_in(run_dir))
+    return run_dir / "model"
 
 
 def test_same_seed_same_text_and_the_length_is_in_bytes(model_dir):

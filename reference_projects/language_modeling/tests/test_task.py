@@ -48,32 +48,14 @@ def test_baseline_is_the_unigram_model_of_the_training_bytes_smoothed():
     assert task.baseline(train, evaluated) == pytest.approx(bits / 2)
 
 
-def test_one_batch_can_be_overfit(tmp_path):
-    summary = main(
-        [
-            "--output_dir",
-            str(tmp_path),
-            "--overfit_batches",
-            "1",
-            "--batch_size",
-            "8",
-            "--context",
-            "32",
-            "--epochs",
-            "150",
-            "--max_steps",
-            "0",
-            "--warmup_steps",
-            "10",
-            "--lr",
-            "3e-3",
-            "--dropout",
-            "0",
-            "--log_every",
-            "10",
-        ]
-    )
-    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+def test_one_batch_can_be_overfit(short_run, tmp_path):
+    fields = ["--overfit_batches", "1", "--batch_size", "8", "--context", "32"]
+    fields += ["--epochs", "150", "--max_steps", "150", "--warmup_steps", "10"]
+    fields += ["--lr", "3e-3", "--dropout", "0"]
+    # Evaluated and saved once, at the end: not after each epoch of one step.
+    fields += ["--eval_every", "150", "--checkpoint_every", "150", "--log_every", "10"]
+    summary = main(short_run(*fields))
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     losses = [record["loss"] for record in map(json.loads, lines) if "split" not in record]
     assert losses[-1] < 0.05
     assert summary["value"] < 0.1  # bits per character, on that same batch

@@ -11,8 +11,13 @@ from safetensors.torch import load_file
 
 from language_modeling import evaluate, state, task
 from language_modeling import train as train_module
-from language_modeling.config import FAST_DEV_RUN_DIR
+from language_modeling.config import (
+    FAST_DEV_RUN_DIR,
+    FAST_DEV_RUN_VAL_BATCHES,
+)
+from language_modeling.data import build_datasets
 from language_modeling.evaluate import release_cached_memory
+from language_modeling.loaders import build_loaders
 from language_modeling.train import main
 from language_modeling.utils.seed import seed_everything
 
@@ -22,10 +27,21 @@ def read_losses(output_dir: Path) -> list[float]:
     return [record["loss"] for record in map(json.loads, lines) if "split" not in record]
 
 
-def test_fast_dev_run_trains_evaluates_and_saves(tmp_path):
+def test_fast_dev_run_trains_evaluates_and_saves(tmp_path, cfg, monkeypatch):
+    evaluated = []
+
+    def recording(cfg, datasets, *args):
+        evaluated.append(len(datasets.val))
+        return build_loaders(cfg, datasets, *args)
+
+    monkeypatch.setattr(train_module, "build_loaders", recording)
     summary = main(["--output_dir", str(tmp_path), "--fast_dev_run"])
     run = tmp_path / FAST_DEV_RUN_DIR
     assert summary["steps"] == 4
+    # The first validation batches only, of a validation split that holds more.
+    first_batches = FAST_DEV_RUN_VAL_BATCHES * cfg.batch_size
+    assert len(build_datasets(cfg).val) > first_batches
+    assert evaluated == [first_batches]
     for name in ("config.yaml", "run.json", "metrics.jsonl", "summary.json"):
         assert (run / name).is_file(), name
     assert (run / "checkpoints" / "latest").read_text().strip() == "step-000004.pt"

@@ -30,9 +30,9 @@ def validation_rows(path, columns=None):
     return diabetes.target[val_idx]
 
 
-def test_predictions_from_a_csv_file_reproduce_the_evaluation(tmp_path, capsys, fast_dev_run):
-    summary = train(["--output_dir", str(tmp_path), *fast_dev_run])
-    model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
+def test_predictions_from_a_csv_file_reproduce_the_evaluation(tmp_path, capsys, short_run):
+    summary = train(short_run())
+    model_dir = tmp_path / "run" / "model"
     targets = validation_rows(tmp_path / "rows.csv")
 
     model, preprocess = load_trained(model_dir)

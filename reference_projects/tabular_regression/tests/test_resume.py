@@ -10,9 +10,7 @@ from multiprocessing import forkserver
 from pathlib import Path
 
 import pytest
-import torch
-from run_logs import logged
-from safetensors.torch import load_file
+from run_logs import assert_same_end, logged
 
 from tabular_regression import task
 from tabular_regression.checkpoint import load_checkpoint
@@ -90,16 +88,7 @@ def interrupt(trainers, args: list[str], output_dir: Path, at_step: int, signum:
 def assert_same_run(whole: Path, resumed: Path, from_step: int) -> None:
     """Identical metrics after the resume point, weights, optimizer and schedule state."""
     assert logged(resumed) == logged(whole), f"metrics differ after resuming at step {from_step}"
-    final = f"checkpoints/step-{STEPS:06d}.pt"
-    expected, actual = load_checkpoint(whole / final), load_checkpoint(resumed / final)
-    assert actual["progress"] == expected["progress"]
-    assert actual["optimizer"]["param_groups"] == expected["optimizer"]["param_groups"]
-    for index, state in expected["optimizer"]["state"].items():
-        for name, value in state.items():
-            assert torch.equal(actual["optimizer"]["state"][index][name], value), (index, name)
-    weights = load_file(whole / "model" / "model.safetensors")
-    resumed_weights = load_file(resumed / "model" / "model.safetensors")
-    assert all(torch.equal(weights[key], resumed_weights[key]) for key in weights)
+    assert_same_end(resumed, whole, STEPS)
 
 
 @pytest.fixture(scope="module", params=["embedded", "user-data"])

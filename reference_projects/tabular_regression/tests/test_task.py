@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from tabular_regression import task
-from tabular_regression.config import FAST_DEV_RUN_DIR
 from tabular_regression.data import Preprocess
 from tabular_regression.reference import linear_regression_r2
 from tabular_regression.reference import main as reference
@@ -34,30 +33,13 @@ def test_baseline_predicts_the_mean_of_the_training_split():
     assert task.baseline(train_targets, torch.tensor([2.0, 4.0])) == pytest.approx(-1.0)
 
 
-def test_one_batch_can_be_overfit(tmp_path):
-    summary = main(
-        [
-            "--output_dir",
-            str(tmp_path),
-            "--overfit_batches",
-            "1",
-            "--epochs",
-            "300",  # of one step each; evaluated and saved every 100 steps, not every epoch
-            "--eval_every",
-            "100",
-            "--checkpoint_every",
-            "100",
-            "--warmup_steps",
-            "10",
-            "--dropout",
-            "0",
-            "--weight_decay",
-            "0",
-            "--log_every",
-            "10",
-        ]
-    )
-    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+def test_one_batch_can_be_overfit(short_run, tmp_path):
+    fields = ["--overfit_batches", "1", "--dropout", "0", "--weight_decay", "0"]
+    fields += ["--epochs", "300", "--max_steps", "300", "--warmup_steps", "10"]
+    # Evaluated and saved once, at the end: not after each epoch of one step.
+    fields += ["--eval_every", "300", "--checkpoint_every", "300", "--log_every", "10"]
+    summary = main(short_run(*fields))
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     losses = [record["loss"] for record in map(json.loads, lines) if "split" not in record]
     assert losses[-1] < 0.01
     assert summary["value"] > 0.99  # evaluated on that same batch
@@ -73,10 +55,10 @@ def test_default_model_beats_linear_regression_on_the_same_split(tmp_path, cfg):
 
 
 def test_reference_scores_the_baseline_linear_regression_and_a_model(
-    tmp_path, cfg, capsys, fast_dev_run
+    tmp_path, cfg, capsys, short_run
 ):
-    summary = main(["--output_dir", str(tmp_path), *fast_dev_run])
-    model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
+    summary = main(short_run())
+    model_dir = tmp_path / "run" / "model"
     results = reference([str(model_dir)])
     assert results["mean predictor"]["r2"] == pytest.approx(summary["baseline_value"])
     assert results[f"model {model_dir}"]["r2"] == pytest.approx(summary["value"])

@@ -5,6 +5,7 @@ import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
 
 from text_classification.config import load_config
+from text_classification.utils import records
 
 # The task's data for the tests: the embedded data's arguments, small datasets in the
 # user's format (tests/data_fixtures.py).
@@ -34,6 +35,13 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def skip_drawing_curves(monkeypatch):
+    """Drawing curves.png costs matplotlib a fifth of a second, more than a short run trains:
+    only test_run_records.py, which checks the picture, draws it."""
+    monkeypatch.setattr(records, "plot_curves", lambda *args: None)
 
 
 @pytest.fixture

@@ -86,7 +86,7 @@ def test_a_crash_before_the_rename_keeps_the_previous_checkpoint(trained, monkey
 def test_checkpoint_of_another_model_names_the_mismatched_keys(trained, short_run):
     accepted = ("--resume_changed", "true")  # past the resume guard, which refuses it first
     with pytest.raises(SystemExit, match="does not fit this model.*shape"):
-        main(short_run("--width", "8", "--max_steps", "9", *accepted))
+        main(short_run("--width", "16", "--max_steps", "9", *accepted))
 
 
 def relabel(run_dir, step: int) -> None:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from text_classification.config import FAST_DEV_RUN_DIR, load_config
+from text_classification.config import load_config
 from text_classification.data import build_datasets
 from text_classification.predict import (
     load_trained,
@@ -12,9 +12,9 @@ from text_classification.predict import (
 from text_classification.train import main as train
 
 
-def test_predictions_from_raw_texts_reproduce_the_evaluation(tmp_path, capsys, fast_dev_run):
-    summary = train(["--output_dir", str(tmp_path), *fast_dev_run])
-    model_dir = tmp_path / FAST_DEV_RUN_DIR / "model"
+def test_predictions_from_raw_texts_reproduce_the_evaluation(tmp_path, capsys, short_run):
+    summary = train(short_run())
+    model_dir = tmp_path / "run" / "model"
     val = build_datasets(load_config([])).val
     model, preprocess = load_trained(model_dir)
     labels = predict(model, preprocess, val.texts)

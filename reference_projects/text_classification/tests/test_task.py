@@ -49,26 +49,13 @@ def test_padding_does_not_change_the_logits(cfg):
     torch.testing.assert_close(in_batch[:1], alone, atol=1e-5, rtol=1e-4)
 
 
-def test_one_batch_can_be_overfit(tmp_path):
-    summary = main(
-        [
-            "--output_dir",
-            str(tmp_path),
-            "--overfit_batches",
-            "1",
-            "--batch_size",
-            "32",
-            "--epochs",
-            "100",
-            "--warmup_steps",
-            "10",
-            "--dropout",
-            "0",
-            "--log_every",
-            "10",
-        ]
-    )
-    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+def test_one_batch_can_be_overfit(short_run, tmp_path):
+    fields = ["--overfit_batches", "1", "--batch_size", "32", "--dropout", "0"]
+    fields += ["--epochs", "100", "--max_steps", "100", "--warmup_steps", "10"]
+    # Evaluated and saved once, at the end: not after each epoch of one step.
+    fields += ["--eval_every", "100", "--checkpoint_every", "100", "--log_every", "10"]
+    summary = main(short_run(*fields))
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     losses = [record["loss"] for record in map(json.loads, lines) if "split" not in record]
     assert losses[-1] < 0.01
     assert summary["value"] == 1.0  # evaluated on that same batch

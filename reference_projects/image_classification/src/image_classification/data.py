@@ -17,8 +17,15 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch.utils.data import Dataset
 
-from .config import ConfigError, TrainConfig
-from .loaders import SPLIT_SEED, Datasets, TensorData, fingerprint, first_batches_only
+from .config import FAST_DEV_RUN_VAL_BATCHES, ConfigError, TrainConfig
+from .loaders import (
+    SPLIT_SEED,
+    Datasets,
+    TensorData,
+    fingerprint,
+    first_batches_only,
+    first_validation_batches,
+)
 
 IMAGE_SUFFIXES = {".bmp", ".gif", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp"}
 # Images decoded to estimate the normalisation constants of a folder dataset.
@@ -79,6 +86,8 @@ def build_datasets(cfg: TrainConfig) -> Datasets:
     datasets = _digits(cfg) if cfg.data_dir is None else _image_folder(cfg, Path(cfg.data_dir))
     if cfg.overfit_batches:
         datasets = first_batches_only(datasets, cfg.overfit_batches * cfg.batch_size)
+    if cfg.fast_dev_run:
+        datasets = first_validation_batches(datasets, FAST_DEV_RUN_VAL_BATCHES, cfg.batch_size)
     return datasets
 
 

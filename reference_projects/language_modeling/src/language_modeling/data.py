@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .config import ConfigError, TrainConfig
-from .loaders import Datasets, TensorData, fingerprint, first_batches_only
+from .config import FAST_DEV_RUN_VAL_BATCHES, ConfigError, TrainConfig
+from .loaders import Datasets, TensorData, fingerprint, first_batches_only, first_validation_batches
 
 # Targets past the end of the text: F.cross_entropy's ignore_index, never scored.
 IGNORE = -100
@@ -94,6 +94,8 @@ def build_datasets(cfg: TrainConfig) -> Datasets:
         datasets = first_batches_only(datasets, cfg.overfit_batches * cfg.batch_size)
         # The unigram baseline counts the bytes those windows predict.
         datasets.train_targets = datasets.val_targets = datasets.train.targets.flatten()
+    if cfg.fast_dev_run:
+        datasets = first_validation_batches(datasets, FAST_DEV_RUN_VAL_BATCHES, cfg.batch_size)
     return datasets
 
 

@@ -19,8 +19,15 @@ from PIL import Image
 from sklearn.model_selection import train_test_split
 from torch.utils.data import Dataset
 
-from .config import ConfigError, TrainConfig
-from .loaders import SPLIT_SEED, Datasets, TensorData, fingerprint, first_batches_only
+from .config import FAST_DEV_RUN_VAL_BATCHES, ConfigError, TrainConfig
+from .loaders import (
+    SPLIT_SEED,
+    Datasets,
+    TensorData,
+    fingerprint,
+    first_batches_only,
+    first_validation_batches,
+)
 
 SHAPE_CLASSES = ("background", "circle", "square", "triangle")
 SHAPES_SEED = 0  # part of the dataset's definition, like the split: it does not move with --seed
@@ -95,6 +102,8 @@ def build_datasets(cfg: TrainConfig) -> Datasets:
         datasets = _segmentation_folder(cfg, Path(cfg.data_dir))
     if cfg.overfit_batches:
         datasets = first_batches_only(datasets, cfg.overfit_batches * cfg.batch_size)
+    if cfg.fast_dev_run:
+        datasets = first_validation_batches(datasets, FAST_DEV_RUN_VAL_BATCHES, cfg.batch_size)
     return datasets
 
 

@@ -140,13 +140,15 @@ def load_config(argv: list[str] | None = None) -> TrainConfig:
 
 
 FAST_DEV_RUN_DIR = "fast-dev-run"
+FAST_DEV_RUN_VAL_BATCHES = 2  # a fast dev run evaluates these first validation batches only
 
 
 def apply_fast_dev_run(cfg: TrainConfig) -> TrainConfig:
     """A few steps of everything: train, evaluate, checkpoint. Proves the wiring in seconds.
 
     It starts afresh in its own folder under output_dir, every step trained each time, and
-    never touches the run in output_dir itself (its config, checkpoints, model).
+    never touches the run in output_dir itself (its config, checkpoints, model). It evaluates
+    the first FAST_DEV_RUN_VAL_BATCHES validation batches only (data.py).
     """
     return dataclasses.replace(
         cfg,

@@ -20,8 +20,15 @@ import torch
 from sklearn.datasets import load_diabetes
 from sklearn.model_selection import train_test_split
 
-from .config import ConfigError, TrainConfig
-from .loaders import SPLIT_SEED, Datasets, TensorData, fingerprint, first_batches_only
+from .config import FAST_DEV_RUN_VAL_BATCHES, ConfigError, TrainConfig
+from .loaders import (
+    SPLIT_SEED,
+    Datasets,
+    TensorData,
+    fingerprint,
+    first_batches_only,
+    first_validation_batches,
+)
 
 # Rows a table needs so that both splits hold a few samples; R^2 needs at least two.
 MIN_ROWS = 10
@@ -87,6 +94,8 @@ def build_datasets(cfg: TrainConfig) -> Datasets:
         datasets = _standardised(cfg, *_user_tables(cfg))
     if cfg.overfit_batches:
         datasets = first_batches_only(datasets, cfg.overfit_batches * cfg.batch_size)
+    if cfg.fast_dev_run:
+        datasets = first_validation_batches(datasets, FAST_DEV_RUN_VAL_BATCHES, cfg.batch_size)
     return datasets
 
 

@@ -55,6 +55,18 @@ def first_batches_only(datasets: Datasets, size: int) -> Datasets:
     return replace(datasets, train=subset, val=subset, train_targets=targets, val_targets=targets)
 
 
+def first_validation_batches(datasets: Datasets, batches: int, batch_size: int) -> Datasets:
+    """--fast_dev_run: evaluate the first `batches` validation batches only (as Lightning's
+    fast dev run does), so that it takes seconds whatever the data's size; the baseline is
+    measured on the same samples (each of which may hold several targets: a text's bytes)."""
+    size = batches * batch_size
+    if len(datasets.val) <= size:
+        return datasets
+    targets_per_sample = len(datasets.val_targets) // len(datasets.val)
+    targets = datasets.val_targets[: size * targets_per_sample]
+    return replace(datasets, val=datasets.val.first(size), val_targets=targets)
+
+
 def fingerprint(content: bytes, train_idx: np.ndarray, val_idx: np.ndarray) -> str:
     """A short hash of the data and of which samples went to which split."""
     digest = hashlib.sha256(content)

@@ -25,8 +25,8 @@ from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset
 
-from .config import ConfigError, TrainConfig
-from .loaders import SPLIT_SEED, Datasets, fingerprint, first_batches_only
+from .config import FAST_DEV_RUN_VAL_BATCHES, ConfigError, TrainConfig
+from .loaders import SPLIT_SEED, Datasets, fingerprint, first_batches_only, first_validation_batches
 from .reviews import generate_reviews
 
 log = logging.getLogger(__package__)
@@ -94,6 +94,8 @@ def build_datasets(cfg: TrainConfig) -> Datasets:
     datasets = _embedded(cfg) if cfg.data_dir is None else _user_files(cfg)
     if cfg.overfit_batches:
         datasets = first_batches_only(datasets, cfg.overfit_batches * cfg.batch_size)
+    if cfg.fast_dev_run:
+        datasets = first_validation_batches(datasets, FAST_DEV_RUN_VAL_BATCHES, cfg.batch_size)
     return datasets
 
 

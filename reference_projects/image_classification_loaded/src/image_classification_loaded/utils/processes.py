@@ -88,6 +88,8 @@ def close_processes(accelerator: Accelerator, train_step: TrainStep) -> None:
     freeing a collective's tensors waits for: the run would log `done` and hang. The group's
     own close releases the GIL while it joins them. The barrier first gives those threads
     time to free the last collectives' tensors (its own has none that Python holds)."""
+    if not torch.distributed.is_initialized():  # started alone: no group, and no DDP
+        return
     accelerator.wait_for_everyone()
     train_step.model = None  # the DDP wrapper; Accelerate holds the only other reference
     accelerator.free_memory()
