@@ -132,14 +132,15 @@ def _check_references(root: Path, only: Sequence[str] | None) -> int:
     return 0
 
 
-def _sync_references(root: Path, only: Sequence[str] | None, jobs: int) -> int:
-    def show(trained: reference_runs.Trained) -> None:
-        status = "pass" if trained.ok else "FAIL"
-        print(f"{status:<5} {trained.ref.name}: {trained.message}", flush=True)
+def _show(outcome: reference_runs.Outcome) -> None:
+    status = "pass" if outcome.ok else "FAIL"
+    print(f"{status:<5} {outcome.ref.name}: {outcome.message}", flush=True)
 
+
+def _sync_references(root: Path, only: Sequence[str] | None, jobs: int) -> int:
     start = time.perf_counter()
-    done = reference_runs.sync(root, only, jobs, show)
-    failed = [trained for trained in done if not trained.ok]
+    done = reference_runs.sync(root, only, jobs, _show)
+    failed = [outcome for outcome in done if not outcome.ok]
     print(
         f"synced {len(done) - len(failed)} of {len(done)} reference projects into {root} "
         f"in {time.perf_counter() - start:.0f} s"
@@ -148,14 +149,8 @@ def _sync_references(root: Path, only: Sequence[str] | None, jobs: int) -> int:
 
 
 def _test_references(root: Path, only: Sequence[str] | None, jobs: int) -> int:
-    def show(tested: reference_runs.Tested) -> None:
-        status = "pass" if tested.ok else "FAIL"
-        print(f"{status:<5} {tested.ref.name} {tested.seconds:.0f} s", flush=True)
-        if not tested.ok:
-            print(tested.log_tail, flush=True)
-
-    results = reference_runs.run_project_tests(root, only, jobs, show)
-    return 0 if all(tested.ok for tested in results) else 1
+    results = reference_runs.run_project_tests(root, only, jobs, _show)
+    return 0 if all(outcome.ok for outcome in results) else 1
 
 
 def _progress(combinations: Sequence[Answers]) -> Callable[[int, Result], None]:

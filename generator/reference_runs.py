@@ -33,22 +33,27 @@ from generator.results import index_text, write_results
 RUN_OUTPUT = "outputs/reference"  # the output_dir the shown command names
 
 
-# --- sync
-
-
 @dataclass
-class Trained:
+class Outcome:
+    """How training (sync) or testing one reference project went."""
+
     ref: Reference
     ok: bool
-    message: str  # one line when ok, the command and its output tail otherwise
+    message: str  # one line when ok; otherwise also what ran and its output's tail
+
+
+OnDone = Callable[[Outcome], None]
+
+
+# --- sync
 
 
 def sync(
     root: Path = REFERENCES_DIR,
     names: Sequence[str] | None = None,
     jobs: int = 1,
-    on_done: Callable[[Trained], None] = lambda trained: None,
-) -> list[Trained]:
+    on_done: OnDone = lambda outcome: None,
+) -> list[Outcome]:
     """Render, train and record each chosen reference, `jobs` at a time, then the index.
 
     A reference whose training fails keeps its committed folder as it was.
@@ -62,7 +67,7 @@ def sync(
         for ref in chosen:  # renders one at a time: copier's API is not known to be thread-safe
             render_reference(ref, work / ref.name / "project")
 
-        def train_one(ref: Reference) -> Trained:
+        def train_one(ref: Reference) -> Outcome:
             trained = train_reference(ref, work / ref.name, options)
             if trained.ok:
                 install(work / ref.name / "project", root / ref.name)
@@ -75,10 +80,10 @@ def sync(
     return done
 
 
-def train_reference(ref: Reference, folder: Path, options: Options) -> Trained:
+def train_reference(ref: Reference, folder: Path, options: Options) -> Outcome:
     """Train `folder/project` with its default run into `folder/out`; write its results there.
 
-    Never raises: a failure (the command and its output tail) is the Trained's message.
+    Never raises: a failure (the command and its output tail) is the Outcome's message.
     """
     project, out = folder / "project", folder / "out"
     command = [*launch_command(ref.answers), f"{package_of(project)}.train", "--cpu", "true"]
@@ -90,18 +95,18 @@ def train_reference(ref: Reference, folder: Path, options: Options) -> Trained:
         process_s = time.perf_counter() - start
         if result.returncode != 0:
             message = f"$ {shown(command_out)}\nexited {result.returncode}\n{tail(result.stdout)}"
-            return Trained(ref, False, message)
+            return Outcome(ref, False, message)
         # The command as a reader reruns it inside the project.
         rerun = shown([*command, "--output_dir", RUN_OUTPUT])
         rerun = f"OMP_NUM_THREADS={env['OMP_NUM_THREADS']} PYTHONPATH=src {rerun}"
         s = write_results(ref, project, out, process_s, rerun)
     except Exception:  # a timeout or a missing file fails this reference, not the others
-        return Trained(ref, False, f"$ {shown(command_out)}\n{traceback.format_exc()}")
+        return Outcome(ref, False, f"$ {shown(command_out)}\n{traceback.format_exc()}")
     line = (
         f"{s['metric']} {s['value']:.4f} (baseline {s['baseline_value']:.4f}), "
         f"{s['steps']} steps in {s['wall_s']:.1f} s"
     )
-    return Trained(ref, True, line)
+    return Outcome(ref, True, line)
 
 
 def install(project: Path, dest: Path) -> None:
@@ -117,26 +122,15 @@ def install(project: Path, dest: Path) -> None:
 # --- the projects' own tests
 
 
-@dataclass
-class Tested:
-    ref: Reference
-    ok: bool  # its tests passed
-    seconds: float
-    log_tail: str  # the last lines of pytest's output
-
-
 def run_project_tests(
-    root: Path = REFERENCES_DIR,
-    names: Sequence[str] | None = None,
-    workers: int = 1,
-    on_done: Callable[[Tested], None] = lambda tested: None,
-) -> list[Tested]:
+    root: Path, names: Sequence[str] | None, workers: int, on_done: OnDone
+) -> list[Outcome]:
     """Run each committed reference project's own tests in place, one project at a time.
 
     Nothing is written into the projects: no bytecode, no pytest cache; the tests' runs go
     to their temporary folders.
     """
-    results: list[Tested] = []
+    results: list[Outcome] = []
     pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     if workers > 1:
         pytest += ["-n", str(workers)]
@@ -147,6 +141,8 @@ def run_project_tests(
             start = time.perf_counter()
             result = run(pytest, root / ref.name, env)
         seconds = time.perf_counter() - start
-        results.append(Tested(ref, result.returncode == 0, seconds, tail(result.stdout, 30)))
+        ok = result.returncode == 0
+        message = f"{seconds:.0f} s" if ok else f"{seconds:.0f} s\n{tail(result.stdout, 30)}"
+        results.append(Outcome(ref, ok, message))
         on_done(results[-1])
     return results

@@ -158,7 +158,7 @@ def test_unknown_name_is_refused(
 @pytest.mark.parametrize("name", [ref.name for ref in REFS])
 def test_project_passes_its_own_tests(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["references", "test", "--only", name]) == 0, capsys.readouterr().out
-    assert capsys.readouterr().out.startswith(f"pass  {name} ")
+    assert capsys.readouterr().out.startswith(f"pass  {name}: ")
 
 
 def test_a_failing_project_test_fails_the_command_and_shows_it(
@@ -170,7 +170,7 @@ def test_a_failing_project_test_fails_the_command_and_shows_it(
     (tests / "test_broken.py").write_text("def test_broken():\n    assert 1 == 2\n")
     assert main(["references", "test", "--root", str(tmp_path), "--only", name]) == 1
     out = capsys.readouterr().out
-    assert out.startswith(f"FAIL  {name} ") and "assert 1 == 2" in out
+    assert out.startswith(f"FAIL  {name}: ") and "assert 1 == 2" in out
     assert sorted(path.name for path in tests.iterdir()) == ["test_broken.py"]  # nothing written
 
 
