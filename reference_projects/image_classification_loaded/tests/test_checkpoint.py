@@ -2,7 +2,6 @@
 versioned, and checked on resume."""
 
 import os
-import shutil
 
 import pytest
 import torch
@@ -15,21 +14,6 @@ from image_classification_loaded.checkpoint import (
     load_checkpoint,
 )
 from image_classification_loaded.train import main
-
-
-@pytest.fixture(scope="module")
-def first_run(short_run_in, tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("first") / "run"
-    main(short_run_in(run_dir))
-    return run_dir
-
-
-@pytest.fixture
-def trained(first_run, tmp_path):
-    """A 6-step run with checkpoints at steps 3 and 6, in short_run's folder: a copy of one
-    run, which each test may change as it likes."""
-    shutil.copytree(first_run, tmp_path / "run")
-    return tmp_path / "run"
 
 
 def test_checkpoint_holds_the_whole_training_state(trained):

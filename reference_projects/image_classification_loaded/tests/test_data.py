@@ -1,9 +1,16 @@
-"""Data: the embedded digits, your own image folders, one preprocessing for both."""
+"""Data: the embedded digits, your own image folders, one preprocessing for both, and the
+files in them that cannot be read."""
 
+import io
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 from PIL import Image
 
+from image_classification_loaded import images
+from image_classification_loaded.checkpoint import find_resume_checkpoint
 from image_classification_loaded.config import (
     ConfigError,
     load_config,
@@ -109,6 +116,69 @@ def test_unusable_data_dir_is_refused_before_training(tmp_path, make_image_folde
         root = root / "x"
     with pytest.raises(ConfigError, match="--data_dir"):
         build_datasets(load_config(["--data_dir", str(root)]))
+
+
+def write_broken(path: Path, kind: str) -> None:
+    """A file a user's folder may hold that PIL cannot use."""
+    if kind == "not-an-image":
+        path.write_text("notes, saved with an image's name")
+    elif kind == "empty":
+        path.write_bytes(b"")
+    else:  # a real JPEG cut short, as by an interrupted copy: its header still parses
+        photo = Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), np.uint8))
+        jpeg = io.BytesIO()
+        photo.save(jpeg, "JPEG")
+        path.write_bytes(jpeg.getvalue()[:300])
+
+
+@pytest.mark.parametrize("kind", ["not-an-image", "empty", "truncated"])
+def test_an_image_that_cannot_be_read_is_refused_in_one_line(
+    tmp_path, make_image_folder, short_run, capsys, kind
+):
+    root = make_image_folder(tmp_path / "shapes")  # 24 images
+    bad = root / "square" / "bad.jpg"
+    write_broken(bad, kind)
+    with pytest.raises(SystemExit) as refused:
+        main(short_run("--data_dir", str(root), "--image_size", "16", "--num_workers", "0"))
+    message = str(refused.value.code)
+    assert message.startswith(f"error: 1 of 25 files cannot be read as images (the first: '{bad}'")
+    assert "\n" not in message and message.endswith("--skip_bad_files true to train without them")
+    assert "Traceback" not in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # refused before anything is written
+
+
+def test_skip_bad_files_trains_without_them_and_counts_them(
+    tmp_path, make_image_folder, short_run, capsys
+):
+    root = make_image_folder(tmp_path / "shapes")
+    write_broken(root / "circle" / "cut.jpg", "truncated")
+    write_broken(root / "square" / "notes.png", "not-an-image")
+    fields = ["--data_dir", str(root), "--image_size", "16", "--skip_bad_files", "true"]
+    assert main(short_run(*fields, "--max_steps", "2", "--batch_size", "8"))["steps"] == 2
+    assert "skipping 2 of 26 files that cannot be read as images" in capsys.readouterr().err
+
+
+def test_an_image_that_fails_to_decode_in_training_stops_the_run_in_one_line(
+    short_run, user_data, tmp_path, capsys, monkeypatch
+):
+    """Past FULL_CHECK_IMAGES only headers are read up front: an image that fails to decode
+    in a loader worker stops the run with one line naming it, and the checkpoints stay."""
+    data_args = user_data(tmp_path / "data")  # decoded by 2 loader workers
+    main(short_run(*data_args))  # checkpoints at steps 3 and 6
+    image = build_datasets(load_config(data_args)).val.paths[0]
+    # Its pixel data zeroed: the header still parses, and the size, and so the data's
+    # fingerprint, stay the same.
+    content = image.read_bytes()
+    pixels_start = content.index(b"IDAT") + 4
+    image.write_bytes(content[:pixels_start] + bytes(len(content) - pixels_start))
+    monkeypatch.setattr(images, "FULL_CHECK_IMAGES", 0)
+    with pytest.raises(SystemExit) as stopped:
+        main(short_run("--max_steps", "12", *data_args))  # evaluates at step 9
+    message = str(stopped.value.code)
+    assert message.startswith(f"error: '{image}' cannot be decoded (") and "\n" not in message
+    assert "Traceback" not in capsys.readouterr().err
+    _, payload = find_resume_checkpoint(tmp_path / "run" / "checkpoints")
+    assert payload["progress"]["step"] == 6
 
 
 def test_tune_sweeps_workers_and_batch_sizes_on_an_image_folder(

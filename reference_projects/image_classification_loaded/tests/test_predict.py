@@ -53,6 +53,11 @@ def test_predictions_from_image_files_reproduce_the_evaluation(tmp_path, capsys,
     images[0].save(path)
     main([str(model_dir), str(path)])
     assert capsys.readouterr().out.strip() == f"{path}\t{labels[0]}"
+    notes = tmp_path / "notes.png"
+    notes.write_text("not an image")
+    with pytest.raises(SystemExit) as refused:
+        main([str(model_dir), str(path), str(notes)])
+    assert str(refused.value.code).startswith(f"error: '{notes}' cannot be decoded (")
 
 
 def test_artifact_agrees_with_pytorch_on_real_images_in_another_batch_size(exported):

@@ -127,9 +127,6 @@ def _break(root, problem):
     if problem == "class_out_of_range":
         Image.fromarray(np.full((32, 32), 7, dtype=np.uint8)).save(masks / "006.png")
         return masks / "006.png"
-    if problem == "unreadable_image":
-        (root / "images" / "007.png").write_bytes(b"not a png")
-        return root / "images" / "007.png"
     for path in masks.iterdir():  # only_background
         Image.new("L", (32, 32)).save(path)
     return "class 0 only"
@@ -145,7 +142,6 @@ def _break(root, problem):
         ("mask_of_another_size", "is 16x16 pixels but its image is 32x32"),
         ("rgb_mask", "has mode RGB; expected a single-channel PNG"),
         ("class_out_of_range", "holds class id 7, outside 0..3 (--num_classes)"),
-        ("unreadable_image", "cannot read"),
         ("only_background", "need at least 2 classes"),
     ],
 )
@@ -160,6 +156,25 @@ def test_bad_data_dir_is_a_one_line_error_naming_the_file(
     text = str(error.value)
     assert text.startswith("--data_dir: ") and "\n" not in text
     assert message in text and str(named) in text
+
+
+@pytest.mark.parametrize("broken", ["images/007.png", "masks/005.png"])
+def test_a_file_that_cannot_be_read_is_refused_in_one_line_or_skipped(
+    tmp_path, make_segmentation_folder, short_run, capsys, broken
+):
+    root = make_segmentation_folder(tmp_path / "shapes", count=8)
+    path = root / broken
+    path.write_bytes(path.read_bytes()[:60])  # cut short, as by an interrupted copy
+    fields = ["--data_dir", str(root), "--num_classes", "4", "--batch_size", "2"]
+    with pytest.raises(SystemExit) as refused:
+        main(short_run(*fields))
+    message = str(refused.value.code)
+    assert message.startswith(f"error: 1 of 16 files cannot be read as images (the first: '{path}'")
+    assert "\n" not in message and message.endswith("--skip_bad_files true to train without them")
+    assert "Traceback" not in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # refused before anything is written
+    assert main(short_run(*fields, "--skip_bad_files", "true", "--max_steps", "1"))["steps"] == 1
+    assert "skipping 1 of 16 files that cannot be read as images" in capsys.readouterr().err
 
 
 def test_tune_sweeps_batch_size_only_on_the_in_memory_shapes():

@@ -1,6 +1,7 @@
 """Inference from model/: masks predicted from image files agree with evaluation."""
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 
@@ -47,3 +48,8 @@ def test_predictions_from_image_files_reproduce_the_evaluation(short_run, tmp_pa
     counts = np.bincount(mask.ravel(), minlength=4)
     histogram = " ".join(f"{n}={c}" for n, c in zip(preprocess.class_names, counts, strict=True))
     assert capsys.readouterr().out.strip() == f"{path}\t{written_path}\t{histogram}"
+    notes = tmp_path / "notes.png"
+    notes.write_text("not an image")
+    with pytest.raises(SystemExit) as refused:
+        main([str(tmp_path / "run" / "model"), str(notes)])
+    assert str(refused.value.code).startswith(f"error: '{notes}' cannot be decoded (")

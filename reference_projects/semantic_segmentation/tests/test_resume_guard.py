@@ -22,20 +22,6 @@ from semantic_segmentation.optim import learning_rate
 from semantic_segmentation.train import main
 
 
-@pytest.fixture(scope="module")
-def first_run(tmp_path_factory, short_run_in):
-    """A 6-step run with checkpoints at steps 3 and 6, whose schedule has left its warmup."""
-    folder = tmp_path_factory.mktemp("first") / "run"
-    main(short_run_in(folder, "--warmup_steps", "2"))
-    return folder
-
-
-@pytest.fixture
-def trained(first_run, tmp_path):
-    """A copy of the first run where short_run writes, for each test to resume."""
-    return Path(shutil.copytree(first_run, tmp_path / "run"))
-
-
 def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
@@ -65,7 +51,7 @@ def warnings_logged(capsys) -> list[str]:
 def test_a_changed_field_is_refused_and_nothing_is_written(trained, short_run, changed, named):
     before = snapshot(trained)
     with pytest.raises(SystemExit) as refused:
-        main(short_run("--max_steps", "9", "--warmup_steps", "2", *changed))
+        main(short_run("--max_steps", "9", *changed))
     message = str(refused.value.code)
     assert "\n" not in message and all(part in message for part in named), message
     assert "--output_dir" in message and "--resume_changed true" in message
@@ -77,7 +63,7 @@ def test_a_changed_field_is_refused_and_nothing_is_written(trained, short_run, c
 def test_other_data_is_refused(trained, short_run, user_data, tmp_path):
     before = snapshot(trained)
     with pytest.raises(SystemExit, match=r"data \(fingerprint \w+ -> \w+\)"):
-        main(short_run("--warmup_steps", "2", *user_data(tmp_path / "data")))
+        main(short_run(*user_data(tmp_path / "data")))
     assert snapshot(trained) == before
 
 
@@ -94,7 +80,7 @@ def test_the_data_folder_may_move(short_run, user_data, tmp_path):
 def test_an_accepted_change_resumes_the_weights_and_says_it_is_not_exact(
     trained, short_run, capsys
 ):
-    changed = ("--max_steps", "9", "--warmup_steps", "2", "--batch_size", "8")
+    changed = ("--max_steps", "9", "--batch_size", "8")
     assert main(short_run(*changed, "--resume_changed", "true"))["steps"] == 9
     warnings = warnings_logged(capsys)
     assert any("batch_size" in w and "no longer exact" in w for w in warnings), warnings
@@ -104,7 +90,7 @@ def test_an_accepted_change_resumes_the_weights_and_says_it_is_not_exact(
 
 def test_free_fields_change_without_a_word(trained, short_run, capsys):
     free = ("--log_every", "2", "--eval_every", "1", "--checkpoint_every", "1")
-    main(short_run("--max_steps", "8", "--warmup_steps", "2", "--keep_checkpoints", "3", *free))
+    main(short_run("--max_steps", "8", "--keep_checkpoints", "3", *free))
     warnings = warnings_logged(capsys)
     assert not [w for w in warnings if "exact" in w], warnings
     assert load_checkpoint(list_checkpoints(trained / "checkpoints")[-1])["progress"]["step"] == 8
@@ -117,10 +103,10 @@ def test_an_extended_run_follows_the_schedule_of_its_new_total(trained, short_ru
     """A run extended from 6 to 12 steps keeps the rates it trained with, then decays as a
     12-step run would: stretched to the new end, down from the stretched curve's rate."""
     first = logged_lr(trained)
-    main(short_run("--max_steps", "12", "--warmup_steps", "2"))
+    main(short_run("--max_steps", "12"))
     rates = logged_lr(trained)
     assert {step: rates[step] for step in first} == first
-    cfg = load_config(["--warmup_steps", "2"])
+    cfg = load_config(["--warmup_steps", "2"])  # as short_run's
     stretched = {step: learning_rate(step - 1, cfg, 12) for step in range(7, 13)}  # 0-based
     assert {step: rates[step] for step in range(7, 13)} == pytest.approx(stretched, rel=1e-6)
     assert all(rates[step] > rates[step + 1] > 0 for step in range(7, 12))
@@ -140,8 +126,8 @@ def test_a_checkpoint_of_two_processes_resumes_on_one_with_the_same_global_batch
         newest,
     )
     with pytest.raises(SystemExit, match=f"batch_size x processes {half} x 2 -> {half} x 1"):
-        main(short_run("--max_steps", "9", "--warmup_steps", "2", "--batch_size", str(half)))
-    assert main(short_run("--max_steps", "8", "--warmup_steps", "2"))["steps"] == 8
+        main(short_run("--max_steps", "9", "--batch_size", str(half)))
+    assert main(short_run("--max_steps", "8"))["steps"] == 8
     assert "written at world size 2, this run's is 1" in capsys.readouterr().err
 
 

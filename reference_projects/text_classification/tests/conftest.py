@@ -1,3 +1,4 @@
+import shutil
 from pathlib import Path
 
 import pytest
@@ -5,6 +6,7 @@ import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
 
 from text_classification.config import load_config
+from text_classification.train import main as train
 from text_classification.utils import records
 
 # The task's data for the tests: the embedded data's arguments, small datasets in the
@@ -65,6 +67,9 @@ def short_run_in():
             "log_every": 1,
             "eval_every": 3,
             "checkpoint_every": 3,
+            # Out of its warmup by step 3, so that resumes and schedules are tested where a
+            # real run spends its steps.
+            "warmup_steps": 2,
             # A small model: most tests run a few steps many times, and what they check does
             # not depend on its size (test_fast_dev_run runs the defaults).
             "width": 32,
@@ -73,6 +78,21 @@ def short_run_in():
         return [f"--{name}={value}" for name, value in fields.items()] + list(extra)
 
     return args
+
+
+@pytest.fixture(scope="session")
+def checkpointed_run(tmp_path_factory, short_run_in):
+    """One short run, with checkpoints at steps 3 and 6, for the tests that inspect or resume
+    one: each takes its own copy (`trained`)."""
+    run_dir = tmp_path_factory.mktemp("checkpointed") / "run"
+    train(short_run_in(run_dir))
+    return run_dir
+
+
+@pytest.fixture
+def trained(checkpointed_run, tmp_path):
+    """A copy of checkpointed_run where short_run writes, for a test to change or resume."""
+    return Path(shutil.copytree(checkpointed_run, tmp_path / "run"))
 
 
 @pytest.fixture(scope="session")

@@ -126,6 +126,7 @@ def test_user_files_with_named_fields_and_labels(tmp_path, make_text_file, suffi
         ("train.csv", "text,label\n", "holds a header but no examples"),
         ("train.csv", "review,label\nfine,pos\n", "no column 'text' in its header"),
         ("train.csv", "text,label\nfine,pos\nbroken\n", "line 3: fewer fields than the header"),
+        ("train.csv", "text,label\nfine,pos\nno, quotes,neg\n", "line 3: more fields than"),
         ("train.csv", "text,label\nfine,pos\n  ,neg\n", "line 3: the text is empty"),
         ("train.jsonl", '{"text": "fine", "label": ""}\n', "line 1: the label is empty"),
         ("train.jsonl", '{"text": "a", "label": "p"}\n{"text": "b",\n', "line 2: not valid JSON"),

@@ -1,5 +1,6 @@
 """Training end to end: outputs, reproducibility, fitting, resuming."""
 
+import dataclasses
 import json
 import sys
 import time
@@ -18,6 +19,7 @@ from text_classification.config import (
 from text_classification.data import build_datasets
 from text_classification.evaluate import release_cached_memory
 from text_classification.loaders import build_loaders
+from text_classification.optim import learning_rate
 from text_classification.train import main
 from text_classification.utils.seed import seed_everything
 
@@ -181,6 +183,27 @@ def test_cached_memory_is_released_around_each_evaluation_only(short_run, monkey
     assert freed == []
     release_cached_memory(torch.device("cuda"))
     assert freed == [True]
+
+
+def test_warmup_takes_at_most_a_fifth_of_the_run(cfg):
+    cfg = dataclasses.replace(cfg, warmup_steps=50)
+    peak = [step for step in range(200) if learning_rate(step, cfg, 200) == cfg.lr]
+    assert peak == [40]  # warmup cut to 40 steps
+    peak = [step for step in range(1000) if learning_rate(step, cfg, 1000) == cfg.lr]
+    assert peak == [50]  # warmup as asked
+
+
+def test_a_run_of_few_steps_warns_with_the_fix(cfg, caplog, monkeypatch):
+    # train.py's logging setup stops propagation; caplog listens at the root logger.
+    monkeypatch.setattr(train_module.log, "propagate", True)
+    few = dataclasses.replace(cfg, epochs=3, max_steps=0, grad_accum_steps=1)
+    assert train_module._total_steps(few, 12) == 36
+    assert "only 36 optimizer steps (3 epochs of 12)" in caplog.text
+    assert "raise --epochs or lower --batch_size" in caplog.text
+    caplog.clear()
+    assert train_module._total_steps(dataclasses.replace(few, epochs=10), 12) == 120
+    assert train_module._total_steps(dataclasses.replace(few, max_steps=20), 12) == 20  # chosen
+    assert not caplog.text
 
 
 def test_accumulation_splits_a_step_into_micro_batches(short_run, tmp_path):

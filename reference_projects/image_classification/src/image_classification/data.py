@@ -18,10 +18,12 @@ from sklearn.model_selection import train_test_split
 from torch.utils.data import Dataset
 
 from .config import FAST_DEV_RUN_VAL_BATCHES, ConfigError, TrainConfig
+from .images import describe_files, load_image, readable
 from .loaders import (
     SPLIT_SEED,
     Datasets,
     TensorData,
+    class_table,
     fingerprint,
     first_batches_only,
     first_validation_batches,
@@ -75,8 +77,7 @@ class ImageFolderData(Dataset):
         return len(self.paths)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        with Image.open(self.paths[index]) as image:
-            return self.preprocess(image), self.targets[index]
+        return self.preprocess(load_image(self.paths[index])), self.targets[index]
 
     def first(self, size: int) -> "ImageFolderData":
         return ImageFolderData(self.paths[:size], self.targets[:size], self.preprocess)
@@ -89,6 +90,15 @@ def build_datasets(cfg: TrainConfig) -> Datasets:
     if cfg.fast_dev_run:
         datasets = first_validation_batches(datasets, FAST_DEV_RUN_VAL_BATCHES, cfg.batch_size)
     return datasets
+
+
+def describe(datasets: Datasets) -> list[str]:
+    """The data command's lines on this data: class balance, and the files of a folder."""
+    names = datasets.preprocess.class_names
+    lines = class_table(names, datasets.train_targets, datasets.val_targets, "images")
+    if isinstance(datasets.train, ImageFolderData):
+        lines += describe_files([*datasets.train.paths, *datasets.val.paths])
+    return lines
 
 
 def _digits(cfg: TrainConfig) -> Datasets:
@@ -127,6 +137,8 @@ def _image_folder(cfg: TrainConfig, root: Path) -> Datasets:
             f"--data_dir: '{root}' holds no images; expected one sub-folder per class "
             f"with files ending in {suffixes}"
         )
+    kept = readable(paths, cfg.skip_bad_files)
+    paths, labels = [paths[i] for i in kept], [labels[i] for i in kept]
     counts = np.bincount(labels, minlength=len(class_dirs))
     if len(class_dirs) < 2 or counts.min() < 2:
         raise ConfigError(
@@ -138,7 +150,7 @@ def _image_folder(cfg: TrainConfig, root: Path) -> Datasets:
     names = tuple(d.name for d in class_dirs)
     plain = Preprocess(cfg.image_size, cfg.image_channels, class_names=names)
     sample = train_idx[:STATS_SAMPLE]
-    pixels = torch.stack([_decode(paths[i], plain.to_unit_range) for i in sample])
+    pixels = torch.stack([plain.to_unit_range(load_image(paths[i])) for i in sample])
     preprocess = _fit_normalisation(plain, pixels)
     listing = "\n".join(f"{p.relative_to(root)}:{p.stat().st_size}" for p in paths)
     return Datasets(
@@ -151,11 +163,6 @@ def _image_folder(cfg: TrainConfig, root: Path) -> Datasets:
         val_targets=torch.from_numpy(labels_np[val_idx]),
         fingerprint=fingerprint(listing.encode(), train_idx, val_idx),
     )
-
-
-def _decode(path: Path, transform) -> torch.Tensor:
-    with Image.open(path) as image:
-        return transform(image)
 
 
 def stratified_split(labels: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
@@ -177,3 +184,9 @@ def _fit_normalisation(plain: Preprocess, pixels: torch.Tensor) -> Preprocess:
         std=tuple(round(v, 6) for v in std.tolist()),
         class_names=plain.class_names,
     )
+
+
+if __name__ == "__main__":  # the data command: see describe.py
+    from .describe import main
+
+    main()

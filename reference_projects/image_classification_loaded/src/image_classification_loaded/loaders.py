@@ -23,6 +23,17 @@ from .utils.seed import seed_worker
 SPLIT_SEED = 0
 
 
+class DataError(ValueError):
+    """A data file that cannot be used: the message names it and says what to do.
+
+    Raised in a loader worker, it reaches the training process re-created from the worker's
+    traceback (torch.utils.data re-raises it so); only its own message is kept, one line.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(message.rstrip().rpartition("DataError: ")[2])
+
+
 @dataclass
 class TensorData:
     """A dataset that fits in memory as two tensors (inputs, targets)."""
@@ -65,6 +76,20 @@ def first_validation_batches(datasets: Datasets, batches: int, batch_size: int) 
     targets_per_sample = len(datasets.val_targets) // len(datasets.val)
     targets = datasets.val_targets[: size * targets_per_sample]
     return replace(datasets, val=datasets.val.first(size), val_targets=targets)
+
+
+def class_table(
+    names: tuple[str, ...], train: torch.Tensor, val: torch.Tensor, unit: str
+) -> list[str]:
+    """The data command's lines on class balance: each class's count of `unit` (samples,
+    pixels) in each split, and its share of the training split."""
+    train_counts = torch.bincount(train.flatten(), minlength=len(names)).tolist()
+    val_counts = torch.bincount(val.flatten(), minlength=len(names)).tolist()
+    total, width = sum(train_counts), max(len(name) for name in names)
+    lines = [f"{unit} per class (train / validation, share of train):"]
+    for name, in_train, in_val in zip(names, train_counts, val_counts, strict=True):
+        lines.append(f"  {name:<{width}}  {in_train:>9} / {in_val:<9} {in_train / total:6.1%}")
+    return lines
 
 
 def fingerprint(content: bytes, train_idx: np.ndarray, val_idx: np.ndarray) -> str:

@@ -17,6 +17,8 @@ from torch import nn
 from .checkpoint import load_weights
 from .config import TrainConfig
 from .data import Preprocess
+from .images import load_image
+from .loaders import DataError
 from .model import build_model
 
 
@@ -40,7 +42,10 @@ def main(argv: list[str] | None = None) -> None:
     if len(args) < 2:
         raise SystemExit(f"usage: python -m {__package__}.predict MODEL_DIR IMAGE [IMAGE ...]")
     model, preprocess = load_trained(args[0])
-    images = [Image.open(path) for path in args[1:]]
+    try:
+        images = [load_image(path) for path in args[1:]]
+    except DataError as error:
+        raise SystemExit(f"error: {error}") from None
     for path, label in zip(args[1:], predict(model, preprocess, images), strict=True):
         print(f"{path}\t{label}")
 

@@ -51,7 +51,7 @@ class TrainConfig:
     lr: float = 6e-3  # peak learning rate, reached after warmup
     weight_decay: float = 0.1  # AdamW decay, on weights only (not biases or norms)
     beta2: float = 0.99  # AdamW's squared-gradient decay; nanoGPT's 0.99 suits short runs
-    warmup_steps: int = 100  # linear warmup in optimizer steps, then cosine decay to 0
+    warmup_steps: int = 100  # linear warmup (at most a fifth of the run), then cosine decay to 0
     max_grad_norm: float = 1.0  # clip the global gradient norm to this; inf: never clip
     # --- evaluation, logging, checkpoints (intervals in optimizer steps)
     eval_every: int = 0  # 0: at the end of every epoch

@@ -22,7 +22,13 @@ import torch
 from torch import Tensor
 
 from .config import FAST_DEV_RUN_VAL_BATCHES, ConfigError, TrainConfig
-from .loaders import Datasets, TensorData, fingerprint, first_batches_only, first_validation_batches
+from .loaders import (
+    Datasets,
+    TensorData,
+    fingerprint,
+    first_batches_only,
+    first_validation_batches,
+)
 
 # Targets past the end of the text: F.cross_entropy's ignore_index, never scored.
 IGNORE = -100
@@ -99,6 +105,16 @@ def build_datasets(cfg: TrainConfig) -> Datasets:
     return datasets
 
 
+def describe(datasets: Datasets) -> list[str]:
+    """The data command's lines on this data: bytes and characters of each split's text."""
+    lines = []
+    for split_name, ids in (("train", datasets.train_targets), ("val", datasets.val_targets)):
+        ids = ids[ids != IGNORE]  # the padding of the last validation window
+        chars = len(ids) - int(is_continuation(ids).sum())
+        lines.append(f"{split_name} text: {len(ids)} bytes, {chars} characters")
+    return lines
+
+
 def split(ids: Tensor, val_fraction: float) -> tuple[Tensor, Tensor]:
     """The text before and after a fixed point: the last val_fraction is for validation.
 
@@ -150,3 +166,9 @@ def read_text(folder: Path) -> str:
             raise ConfigError(f"--data_dir: '{file}' holds no text (it is empty or blank)")
         texts.append(text)
     return "\n".join(texts)
+
+
+if __name__ == "__main__":  # the data command: see describe.py
+    from .describe import main
+
+    main()

@@ -39,6 +39,7 @@ class TrainConfig:
     val_fraction: float = 0.2  # share of the images held out for validation, in (0, 1)
     image_size: int = 32  # side in pixels for images (bilinear) and masks (nearest neighbour)
     image_channels: int = 3  # 1 = grayscale, 3 = RGB
+    skip_bad_files: bool = False  # train without the pairs whose files cannot be read, or refuse
     num_workers: int | str = "auto"  # loader processes for data_dir images; auto: by CPU count
     # --- model
     depth: int = 3  # U-Net levels: the encoder halves image_size this many times
@@ -52,7 +53,7 @@ class TrainConfig:
     lr: float = 3e-3  # peak learning rate, reached after warmup
     weight_decay: float = 0.01  # AdamW decay, on weights only (not biases or norms)
     beta2: float = 0.999  # AdamW's decay of squared-gradient averages, in [0, 1)
-    warmup_steps: int = 50  # linear warmup in optimizer steps, then cosine decay to 0
+    warmup_steps: int = 50  # linear warmup (at most a fifth of the run), then cosine decay to 0
     max_grad_norm: float = 1.0  # clip the global gradient norm to this; inf: never clip
     # --- evaluation, logging, checkpoints (intervals in optimizer steps)
     eval_every: int = 0  # 0: at the end of every epoch

@@ -20,10 +20,12 @@ from sklearn.model_selection import train_test_split
 from torch.utils.data import Dataset
 
 from .config import FAST_DEV_RUN_VAL_BATCHES, ConfigError, TrainConfig
+from .images import describe_files, load_image, readable
 from .loaders import (
     SPLIT_SEED,
     Datasets,
     TensorData,
+    class_table,
     fingerprint,
     first_batches_only,
     first_validation_batches,
@@ -88,8 +90,7 @@ class SegmentationFolderData(Dataset):
         return len(self.paths)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        with Image.open(self.paths[index]) as image:
-            return self.preprocess(image), self.masks[index].long()
+        return self.preprocess(load_image(self.paths[index])), self.masks[index].long()
 
     def first(self, size: int) -> "SegmentationFolderData":
         return SegmentationFolderData(self.paths[:size], self.masks[:size], self.preprocess)
@@ -105,6 +106,15 @@ def build_datasets(cfg: TrainConfig) -> Datasets:
     if cfg.fast_dev_run:
         datasets = first_validation_batches(datasets, FAST_DEV_RUN_VAL_BATCHES, cfg.batch_size)
     return datasets
+
+
+def describe(datasets: Datasets) -> list[str]:
+    """The data command's lines on this data: pixels per class, and the files of a folder."""
+    names = datasets.preprocess.class_names
+    lines = class_table(names, datasets.train_targets, datasets.val_targets, "pixels")
+    if isinstance(datasets.train, SegmentationFolderData):
+        lines += describe_files([*datasets.train.paths, *datasets.val.paths])
+    return lines
 
 
 # --- the embedded dataset
@@ -175,14 +185,14 @@ def _shapes(cfg: TrainConfig) -> Datasets:
 
 
 def _segmentation_folder(cfg: TrainConfig, root: Path) -> Datasets:
-    paths = _pair_images_with_masks(root)
+    paths = _readable_pairs(_pair_images_with_masks(root), cfg.skip_bad_files)
     plain = Preprocess(cfg.image_size, cfg.image_channels)
     masks, num_classes = _read_masks(paths, cfg.num_classes, plain)
     train_idx, val_idx = split(len(paths), cfg.val_fraction)
     names = tuple(str(i) for i in range(num_classes))
     plain = Preprocess(cfg.image_size, cfg.image_channels, class_names=names)
     sample = train_idx[:STATS_SAMPLE]
-    pixels = torch.stack([_decode(paths[i][0], plain.to_unit_range) for i in sample])
+    pixels = torch.stack([plain.to_unit_range(load_image(paths[i][0])) for i in sample])
     preprocess = _fit_normalisation(plain, pixels)
     images = [image for image, _ in paths]
     listing = "\n".join(f"{p.relative_to(root)}:{p.stat().st_size}" for pair in paths for p in pair)
@@ -218,6 +228,15 @@ def _pair_images_with_masks(root: Path) -> list[tuple[Path, Path]]:
     return pairs
 
 
+def _readable_pairs(pairs: list[tuple[Path, Path]], skip: bool) -> list[tuple[Path, Path]]:
+    """The pairs whose image and mask PIL can read (images.readable)."""
+    kept = set(readable([path for pair in pairs for path in pair], skip))
+    pairs = [pair for index, pair in enumerate(pairs) if {2 * index, 2 * index + 1} <= kept]
+    if len(pairs) < 2:
+        raise ConfigError(f"--data_dir: {len(pairs)} readable image and mask pairs; need 2")
+    return pairs
+
+
 def _read_masks(
     paths: list[tuple[Path, Path]], num_classes: int, plain: Preprocess
 ) -> tuple[torch.Tensor, int]:
@@ -227,15 +246,15 @@ def _read_masks(
     """
     masks, largest = [], 0
     for image_path, mask_path in paths:
-        with _open(image_path) as image:
+        with Image.open(image_path) as image:
             image_size = image.size  # read from the header: nothing is decoded
-        with _open(mask_path) as mask:
-            if mask.mode not in ("1", "L", "P", "I;16", "I"):
-                raise ConfigError(
-                    f"--data_dir: mask '{mask_path}' has mode {mask.mode}; expected a "
-                    "single-channel PNG of class ids (mode L or P)"
-                )
-            ids = np.asarray(mask)
+        mask = load_image(mask_path)
+        if mask.mode not in ("1", "L", "P", "I;16", "I"):
+            raise ConfigError(
+                f"--data_dir: mask '{mask_path}' has mode {mask.mode}; expected a "
+                "single-channel PNG of class ids (mode L or P)"
+            )
+        ids = np.asarray(mask)
         if ids.shape[::-1] != image_size:
             raise ConfigError(
                 f"--data_dir: mask '{mask_path}' is {ids.shape[1]}x{ids.shape[0]} pixels but "
@@ -253,18 +272,6 @@ def _read_masks(
     if largest == 0:
         raise ConfigError("--data_dir: every mask holds class 0 only; need at least 2 classes")
     return torch.stack(masks), num_classes or largest + 1
-
-
-def _open(path: Path) -> Image.Image:
-    try:
-        return Image.open(path)
-    except OSError as error:
-        raise ConfigError(f"--data_dir: cannot read '{path}' ({type(error).__name__})") from None
-
-
-def _decode(path: Path, transform) -> torch.Tensor:
-    with Image.open(path) as image:
-        return transform(image)
 
 
 def split(count: int, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
@@ -286,3 +293,9 @@ def _fit_normalisation(plain: Preprocess, pixels: torch.Tensor) -> Preprocess:
         std=tuple(round(v, 6) for v in std.tolist()),
         class_names=plain.class_names,
     )
+
+
+if __name__ == "__main__":  # the data command: see describe.py
+    from .describe import main
+
+    main()

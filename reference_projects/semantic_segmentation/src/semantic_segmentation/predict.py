@@ -20,6 +20,8 @@ from torch import nn
 from .checkpoint import load_weights
 from .config import TrainConfig
 from .data import Preprocess
+from .images import load_image
+from .loaders import DataError
 from .model import build_model
 
 USAGE = f"usage: python -m {__package__}.predict MODEL_DIR IMAGE [IMAGE ...] [--out DIR]"
@@ -67,10 +69,12 @@ def main(argv: list[str] | None = None) -> None:
     model, preprocess = load_trained(args[0])
     out.mkdir(parents=True, exist_ok=True)
     for path in map(Path, args[1:]):
-        with Image.open(path) as image:
-            (mask,) = predict(model, preprocess, [image])
-            size = image.size
-        mask_image = to_mask_image(mask, size)
+        try:
+            image = load_image(path)
+        except DataError as error:
+            raise SystemExit(f"error: {error}") from None
+        (mask,) = predict(model, preprocess, [image])
+        mask_image = to_mask_image(mask, image.size)
         mask_path = out / f"{path.stem}.png"
         mask_image.save(mask_path)
         print(f"{path}\t{mask_path}\t{histogram(mask_image, preprocess.class_names)}")

@@ -51,7 +51,7 @@ class TrainConfig:
     lr: float = 3e-3  # peak learning rate, reached after warmup
     weight_decay: float = 2.0  # AdamW decay on weights (not biases): heavy, for a few hundred rows
     beta2: float = 0.999  # AdamW's decay of squared-gradient averages, in [0, 1)
-    warmup_steps: int = 20  # linear warmup in optimizer steps, then cosine decay to 0
+    warmup_steps: int = 20  # linear warmup (at most a fifth of the run), then cosine decay to 0
     max_grad_norm: float = 1.0  # clip the global gradient norm to this; inf: never clip
     # --- evaluation, logging, checkpoints (intervals in optimizer steps)
     eval_every: int = 0  # 0: at the end of every epoch

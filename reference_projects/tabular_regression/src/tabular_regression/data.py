@@ -99,6 +99,20 @@ def build_datasets(cfg: TrainConfig) -> Datasets:
     return datasets
 
 
+def describe(datasets: Datasets) -> list[str]:
+    """The data command's lines on this data: the features, and the target's range."""
+    preprocess = datasets.preprocess
+    names = preprocess.feature_names
+    lines = [f"features: {len(names)} ({', '.join(names)})"]
+    for split_name, targets in (("train", datasets.train_targets), ("val", datasets.val_targets)):
+        values = preprocess.to_target_units(targets)
+        lines.append(
+            f"target '{preprocess.target_column}' in {split_name}: {values.min():.4g} to "
+            f"{values.max():.4g}, mean {values.mean():.4g}"
+        )
+    return lines
+
+
 def split(num_rows: int, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
     """Row indices of the training and validation splits, fixed by SPLIT_SEED."""
     train_idx, val_idx = train_test_split(
@@ -253,3 +267,9 @@ def _standardised(cfg: TrainConfig, train: Table, val: Table, data: bytes) -> Da
         val_targets=val_data.targets,
         fingerprint=fingerprint(data, np.arange(len(train_data)), np.arange(len(val_data))),
     )
+
+
+if __name__ == "__main__":  # the data command: see describe.py
+    from .describe import main
+
+    main()

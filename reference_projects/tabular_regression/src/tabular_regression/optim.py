@@ -13,6 +13,12 @@ from . import task
 from .config import TrainConfig
 from .utils.monitor import LogWindow
 
+# Warmup lasts warmup_steps, but at most this share of the run: a short run (small data, few
+# epochs) would otherwise train below its peak learning rate from start to end.
+MAX_WARMUP_SHARE = 0.2
+# A run of fewer optimizer steps rarely trains well; one derived from --epochs says so.
+FEW_STEPS = 100
+
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     """AdamW over trainable parameters; biases and norm weights (1-D) get no weight decay.
@@ -38,7 +44,8 @@ def learning_rate(step: int, cfg: TrainConfig, total_steps: int) -> float:
     run resumed with another total (--max_steps or --epochs, to extend it) follows the
     schedule of its new total from then on: the decay stretched to the new end.
     """
-    return cfg.lr * warmup_cosine(step, cfg.warmup_steps, total_steps)
+    warmup_steps = min(cfg.warmup_steps, int(total_steps * MAX_WARMUP_SHARE))
+    return cfg.lr * warmup_cosine(step, warmup_steps, total_steps)
 
 
 def warmup_cosine(step: int, warmup_steps: int, total_steps: int) -> float:

@@ -26,7 +26,14 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset
 
 from .config import FAST_DEV_RUN_VAL_BATCHES, ConfigError, TrainConfig
-from .loaders import SPLIT_SEED, Datasets, fingerprint, first_batches_only, first_validation_batches
+from .loaders import (
+    SPLIT_SEED,
+    Datasets,
+    class_table,
+    fingerprint,
+    first_batches_only,
+    first_validation_batches,
+)
 from .reviews import generate_reviews
 
 log = logging.getLogger(__package__)
@@ -97,6 +104,12 @@ def build_datasets(cfg: TrainConfig) -> Datasets:
     if cfg.fast_dev_run:
         datasets = first_validation_batches(datasets, FAST_DEV_RUN_VAL_BATCHES, cfg.batch_size)
     return datasets
+
+
+def describe(datasets: Datasets) -> list[str]:
+    """The data command's lines on this data: texts per class."""
+    names = datasets.preprocess.class_names
+    return class_table(names, datasets.train_targets, datasets.val_targets, "texts")
 
 
 def _embedded(cfg: TrainConfig) -> Datasets:
@@ -261,6 +274,11 @@ def _read_csv(content: str, where: str, text_field: str, label_field: str):
         text, label = row[text_field], row[label_field]
         if text is None or label is None:
             raise ConfigError(f"{where} line {reader.line_num}: fewer fields than the header")
+        if None in row:  # csv.DictReader's key for the fields past the header's
+            raise ConfigError(
+                f"{where} line {reader.line_num}: more fields than the header (quote a text "
+                'that holds commas: "like, this")'
+            )
         yield reader.line_num, text, label
 
 
@@ -288,3 +306,9 @@ def _read_jsonl(content: str, where: str, text_field: str, label_field: str):
         if isinstance(label, bool) or not isinstance(label, str | int):
             raise ConfigError(f"{where} line {line}: '{label_field}' is not a string or integer")
         yield line, text, str(label)
+
+
+if __name__ == "__main__":  # the data command: see describe.py
+    from .describe import main
+
+    main()

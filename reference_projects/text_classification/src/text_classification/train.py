@@ -23,9 +23,9 @@ from .checkpoint import CheckpointError, Progress
 from .config import ConfigError, TrainConfig, apply_fast_dev_run, load_config
 from .data import build_datasets
 from .evaluate import evaluate
-from .loaders import build_loaders
+from .loaders import DataError, build_loaders
 from .model import build_model
-from .optim import TrainStep, build_optimizer, prepare
+from .optim import FEW_STEPS, TrainStep, build_optimizer, prepare
 from .resume import resume_point
 from .state import TrainingState
 from .utils.modules import UnregisteredModuleError, assert_modules_registered
@@ -49,6 +49,8 @@ from .utils.records import finish_run_folder, peak_memory_mb, start_run_folder
 from .utils.seed import seed_everything
 
 log = logging.getLogger("text_classification")
+# Errors whose message names what to change (input, a diverged run): one line, no traceback.
+USER_ERRORS = (ConfigError, CheckpointError, DataError, UnregisteredModuleError, TrainingDiverged)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """
     try:
         return train(load_config(sys.argv[1:] if argv is None else argv))
-    except (ConfigError, CheckpointError, UnregisteredModuleError, TrainingDiverged) as error:
+    except USER_ERRORS as error:
         raise SystemExit(f"error: {error}") from None
     except Preempted as stop:
         log.warning("%s", stop)
@@ -180,8 +182,16 @@ def _on_device(model: nn.Module, accelerator: Accelerator) -> tuple[nn.Module, n
 
 
 def _total_steps(cfg: TrainConfig, batches_per_epoch: int) -> int:
-    steps = cfg.epochs * math.ceil(batches_per_epoch / cfg.grad_accum_steps)
-    return min(steps, cfg.max_steps) if cfg.max_steps else steps
+    steps_per_epoch = math.ceil(batches_per_epoch / cfg.grad_accum_steps)
+    steps = cfg.epochs * steps_per_epoch
+    if cfg.max_steps:
+        return min(steps, cfg.max_steps)
+    if steps < FEW_STEPS:
+        log.warning(
+            f"only {steps} optimizer steps ({cfg.epochs} epochs of {steps_per_epoch}), too few "
+            f"to train well: raise --epochs or lower --batch_size for at least {FEW_STEPS}"
+        )
+    return steps
 
 
 def _summary(

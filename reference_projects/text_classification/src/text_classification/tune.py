@@ -18,7 +18,7 @@ import torch
 
 from .config import ConfigError, TrainConfig, load_config
 from .data import build_datasets
-from .loaders import TensorData, build_loaders, resolve_num_workers
+from .loaders import DataError, TensorData, build_loaders, resolve_num_workers
 from .model import build_model
 from .optim import TrainStep, build_optimizer, prepare
 from .utils.cli import Parser, at_least, listed
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, float]]:
     args, fields = _parser().parse_known_args(sys.argv[1:] if argv is None else argv)
     try:
         results = sweep(load_config(fields), args.workers, args.batch_sizes, args.steps)
-    except ConfigError as error:
+    except (ConfigError, DataError) as error:
         raise SystemExit(f"error: {error}") from None
 
     auto = resolve_num_workers("auto")

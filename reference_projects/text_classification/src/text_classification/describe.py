@@ -1,0 +1,36 @@
+"""The data command: what a run with these fields would train on, without training.
+
+    python -m text_classification.data [--config FILE] [--field value ...]
+
+prints the split, what the targets hold, the trivial baseline and the fingerprint that a
+resume checks. Data that training would refuse is refused with the same one line (exit 1),
+and skipped files are counted the same way.
+"""
+
+import logging
+import sys
+
+from . import data, task
+from .config import ConfigError, load_config
+from .loaders import DataError
+from .utils.monitor import configure_logging
+
+
+def main(argv: list[str] | None = None) -> None:
+    configure_logging(logging.INFO)
+    try:
+        cfg = load_config(sys.argv[1:] if argv is None else argv)
+        datasets = data.build_datasets(cfg)
+    except (ConfigError, DataError) as error:
+        raise SystemExit(f"error: {error}") from None
+    baseline = task.baseline(datasets.train_targets, datasets.val_targets)
+    how = " ".join(task.baseline.__doc__.split("\n\n")[0].split())  # its docstring's summary
+    lines = [
+        f"{task.TASK} data: {cfg.data_dir or 'the embedded dataset'}",
+        f"samples: {len(datasets.train)} train / {len(datasets.val)} validation "
+        f"(val_fraction {cfg.val_fraction})",
+        *data.describe(datasets),
+        f"trivial baseline: {task.METRIC} {baseline:.4f} on validation ({how})",
+        f"fingerprint: {datasets.fingerprint} (recorded in run.json and checkpoints)",
+    ]
+    print("\n".join(lines))
