@@ -31,6 +31,9 @@ from generator.render import package_of
 from generator.results import index_text, write_results
 
 RUN_OUTPUT = "outputs/reference"  # the output_dir the shown command names
+# One thread per process, whatever --jobs and the machine's cores: sums over another number
+# of threads round differently, and the committed results would move with them.
+REFERENCE_THREADS = "1"
 
 
 @dataclass
@@ -88,7 +91,8 @@ def train_reference(ref: Reference, folder: Path, options: Options) -> Outcome:
     project, out = folder / "project", folder / "out"
     command = [*launch_command(ref.answers), f"{package_of(project)}.train", "--cpu", "true"]
     command_out = [*command, "--output_dir", str(out)]
-    env = project_env(ref.answers, options) | {"PYTHONDONTWRITEBYTECODE": "1"}
+    env = project_env(ref.answers, options)
+    env |= {"PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": REFERENCE_THREADS}
     try:
         start = time.perf_counter()
         result = run(command_out, project, env)

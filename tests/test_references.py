@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from generator import REPO_ROOT
+from generator import REPO_ROOT, reference_runs
 from generator.answers import load_space
 from generator.cli import main
 from generator.cover import TESTED_PAIRS, covering, features
+from generator.launch import Options
 from generator.references import (
     COMMIT,
     INDEX,
@@ -196,3 +197,22 @@ def test_rest_of_the_sample_covers_what_the_references_leave() -> None:
             c["task_type"] == task and c["mixed_precision"] == precision for c in tested + rest
         )
     assert len(rest) < len(covering(SPACE, pairwise_set, pairs=TESTED_PAIRS))
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_reference_runs_use_one_thread_whatever_the_jobs(
+    jobs: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """So that `sync --only NAME` records the low digits a full sync records."""
+    seen = []
+
+    def failing_run(command, cwd, env, *args, **kwargs):
+        seen.append(env["OMP_NUM_THREADS"])
+        raise OSError("not launched")
+
+    monkeypatch.setattr(reference_runs, "run", failing_run)
+    (tmp_path / "project").mkdir()
+    shutil.copy(REFERENCES_DIR / REFS[0].name / ANSWERS_FILE, tmp_path / "project")
+    outcome = reference_runs.train_reference(REFS[0], tmp_path, Options(tmp_path, "cpu", jobs=jobs))
+    assert not outcome.ok and "not launched" in outcome.message
+    assert seen == ["1"]
