@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
+from calls import as_arguments
 
 from image_classification.config import load_config
 from image_classification.train import main as train
@@ -74,7 +75,7 @@ def short_run_in():
             # not depend on its size (test_fast_dev_run runs the defaults).
             "width": 8,
         }
-        return [f"--{name}={value}" for name, value in fields.items()] + list(extra)
+        return as_arguments(fields, *extra)
 
     return args
 

@@ -1,7 +1,7 @@
 """Inference from model/: predictions on image files agree with evaluation."""
 
 import numpy as np
-import pytest
+from calls import refusal
 from PIL import Image
 from sklearn.datasets import load_digits
 
@@ -34,6 +34,5 @@ def test_predictions_from_image_files_reproduce_the_evaluation(tmp_path, capsys,
     assert capsys.readouterr().out.strip() == f"{path}\t{labels[0]}"
     notes = tmp_path / "notes.png"
     notes.write_text("not an image")
-    with pytest.raises(SystemExit) as refused:
-        main([str(model_dir), str(path), str(notes)])
-    assert str(refused.value.code).startswith(f"error: '{notes}' cannot be decoded (")
+    message = refusal(main, [str(model_dir), str(path), str(notes)])
+    assert message.startswith(f"error: '{notes}' cannot be decoded (")

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
+from calls import as_arguments
 
 from image_classification_loaded.config import load_config
 from image_classification_loaded.train import main as train
@@ -77,7 +78,7 @@ def short_run_in():
             "compile": False,
             "export_at_end": False,  # test_export.py exports; other tests need not pay for it
         }
-        return [f"--{name}={value}" for name, value in fields.items()] + list(extra)
+        return as_arguments(fields, *extra)
 
     return args
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from calls import refusal
 from PIL import Image
 
 from image_classification_loaded import images
@@ -138,11 +139,10 @@ def test_an_image_that_cannot_be_read_is_refused_in_one_line(
     root = make_image_folder(tmp_path / "shapes")  # 24 images
     bad = root / "square" / "bad.jpg"
     write_broken(bad, kind)
-    with pytest.raises(SystemExit) as refused:
-        main(short_run("--data_dir", str(root), "--image_size", "16", "--num_workers", "0"))
-    message = str(refused.value.code)
+    args = short_run("--data_dir", str(root), "--image_size", "16", "--num_workers", "0")
+    message = refusal(main, args)
     assert message.startswith(f"error: 1 of 25 files cannot be read as images (the first: '{bad}'")
-    assert "\n" not in message and message.endswith("--skip_bad_files true to train without them")
+    assert message.endswith("--skip_bad_files true to train without them")
     assert "Traceback" not in capsys.readouterr().err
     assert not (tmp_path / "run").exists()  # refused before anything is written
 
@@ -172,10 +172,8 @@ def test_an_image_that_fails_to_decode_in_training_stops_the_run_in_one_line(
     pixels_start = content.index(b"IDAT") + 4
     image.write_bytes(content[:pixels_start] + bytes(len(content) - pixels_start))
     monkeypatch.setattr(images, "FULL_CHECK_IMAGES", 0)
-    with pytest.raises(SystemExit) as stopped:
-        main(short_run("--max_steps", "12", *data_args))  # evaluates at step 9
-    message = str(stopped.value.code)
-    assert message.startswith(f"error: '{image}' cannot be decoded (") and "\n" not in message
+    message = refusal(main, short_run("--max_steps", "12", *data_args))  # evaluates at step 9
+    assert message.startswith(f"error: '{image}' cannot be decoded (")
     assert "Traceback" not in capsys.readouterr().err
     _, payload = find_resume_checkpoint(tmp_path / "run" / "checkpoints")
     assert payload["progress"]["step"] == 6

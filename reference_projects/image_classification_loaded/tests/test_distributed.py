@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from calls import as_arguments
 from multiprocess_runs import without_batchnorm
 from run_logs import assert_same_end, logged
 from safetensors.torch import load_file
@@ -48,24 +49,25 @@ RTOL = WEIGHTS_RTOL = 2e-2
 COMPARED = {"loss", "grad_norm", "lr", "samples"}
 
 
+RUN_FIELDS = {
+    "max_steps": STEPS,
+    "log_every": 1,
+    "eval_every": 3,
+    "checkpoint_every": 3,
+    "warmup_steps": 1,  # full steps from the start, so the runs move apart if they differ
+    # A rate every task trains stably at: past it, a loss spike turns rounding differences
+    # into different runs, and the comparison would measure chaos, not equivalence.
+    "lr": 1e-3,
+    "dropout": 0,
+    "cpu": True,
+    "dist_timeout_s": COLLECTIVE_TIMEOUT_S,
+    "compile": False,
+    "export_at_end": False,
+}
+
+
 def run_args(output_dir: Path, *extra: str) -> list[str]:
-    fields = {
-        "output_dir": output_dir,
-        "max_steps": STEPS,
-        "log_every": 1,
-        "eval_every": 3,
-        "checkpoint_every": 3,
-        "warmup_steps": 1,  # full steps from the start, so the runs move apart if they differ
-        # A rate every task trains stably at: past it, a loss spike turns rounding differences
-        # into different runs, and the comparison would measure chaos, not equivalence.
-        "lr": 1e-3,
-        "dropout": 0,
-        "cpu": True,
-        "dist_timeout_s": COLLECTIVE_TIMEOUT_S,
-        "compile": False,
-        "export_at_end": False,
-    }
-    return [f"--{name}={value}" for name, value in fields.items()] + list(extra)
+    return as_arguments({"output_dir": output_dir, **RUN_FIELDS}, *extra)
 
 
 def weights(output_dir: Path) -> dict[str, torch.Tensor]:

@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from calls import refusal
 from PIL import Image
 from sklearn.datasets import load_digits
 
@@ -55,9 +56,8 @@ def test_predictions_from_image_files_reproduce_the_evaluation(tmp_path, capsys,
     assert capsys.readouterr().out.strip() == f"{path}\t{labels[0]}"
     notes = tmp_path / "notes.png"
     notes.write_text("not an image")
-    with pytest.raises(SystemExit) as refused:
-        main([str(model_dir), str(path), str(notes)])
-    assert str(refused.value.code).startswith(f"error: '{notes}' cannot be decoded (")
+    message = refusal(main, [str(model_dir), str(path), str(notes)])
+    assert message.startswith(f"error: '{notes}' cannot be decoded (")
 
 
 def test_artifact_agrees_with_pytorch_on_real_images_in_another_batch_size(exported):

@@ -10,6 +10,7 @@ from multiprocessing import forkserver
 from pathlib import Path
 
 import pytest
+from calls import as_arguments
 from run_logs import assert_same_end, logged
 
 from image_classification_loaded import task
@@ -27,17 +28,18 @@ PRELOAD = [
 ]
 
 
+RUN_FIELDS = {
+    "max_steps": STEPS,
+    "log_every": 1,
+    "eval_every": 10,
+    "checkpoint_every": 5,
+    "compile": False,
+    "export_at_end": False,
+}
+
+
 def run_args(output_dir: Path, *extra: str) -> list[str]:
-    fields = {
-        "output_dir": output_dir,
-        "max_steps": STEPS,
-        "log_every": 1,
-        "eval_every": 10,
-        "checkpoint_every": 5,
-        "compile": False,
-        "export_at_end": False,
-    }
-    return [f"--{name}={value}" for name, value in fields.items()] + list(extra)
+    return as_arguments({"output_dir": output_dir, **RUN_FIELDS}, *extra)
 
 
 def steps_logged(metrics: Path) -> int:

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
+from calls import as_arguments
 
 from language_modeling.config import load_config
 from language_modeling.train import main as train
@@ -76,7 +77,7 @@ def short_run_in():
             "width": 64,
             "layers": 2,
         }
-        return [f"--{name}={value}" for name, value in fields.items()] + list(extra)
+        return as_arguments(fields, *extra)
 
     return args
 

@@ -1,6 +1,7 @@
 """Inference from model/: scoring text reproduces the evaluation."""
 
 import pytest
+from calls import refusal
 
 from language_modeling.config import load_config
 from language_modeling.data import (
@@ -37,7 +38,5 @@ def test_text_too_short_to_score_is_a_one_line_error(tmp_path, short_run):
     model_dir = tmp_path / "run" / "model"
     path = tmp_path / "one.txt"
     path.write_text("x")
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(model_dir), str(path)])
-    message = str(exit_info.value.code)
-    assert str(path) in message and "at least 2" in message and "\n" not in message
+    message = refusal(main, [str(model_dir), str(path)])
+    assert str(path) in message and "at least 2" in message

@@ -1,8 +1,8 @@
 """Inference from model/: masks predicted from image files agree with evaluation."""
 
 import numpy as np
-import pytest
 import torch
+from calls import refusal
 from PIL import Image
 
 from semantic_segmentation import task
@@ -50,6 +50,5 @@ def test_predictions_from_image_files_reproduce_the_evaluation(short_run, tmp_pa
     assert capsys.readouterr().out.strip() == f"{path}\t{written_path}\t{histogram}"
     notes = tmp_path / "notes.png"
     notes.write_text("not an image")
-    with pytest.raises(SystemExit) as refused:
-        main([str(tmp_path / "run" / "model"), str(notes)])
-    assert str(refused.value.code).startswith(f"error: '{notes}' cannot be decoded (")
+    message = refusal(main, [str(tmp_path / "run" / "model"), str(notes)])
+    assert message.startswith(f"error: '{notes}' cannot be decoded (")

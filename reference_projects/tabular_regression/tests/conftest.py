@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
+from calls import as_arguments
 
 from tabular_regression.config import load_config
 from tabular_regression.train import main as train
@@ -71,7 +72,7 @@ def short_run_in():
             # real run spends its steps.
             "warmup_steps": 2,
         }
-        return [f"--{name}={value}" for name, value in fields.items()] + list(extra)
+        return as_arguments(fields, *extra)
 
     return args
 

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from calls import refusal
 from sklearn.datasets import load_diabetes
 
 from tabular_regression.config import (
@@ -130,10 +131,7 @@ def test_unusable_csv_file_is_a_one_line_error_naming_it(tmp_path, content, prob
     path.parent.mkdir()
     path.write_text(content)
     args = ["--data_dir", str(path.parent), "--target_column", "y"]
-    with pytest.raises(SystemExit) as exit_info:
-        main(["--output_dir", str(tmp_path / "run"), *args])
-    message = str(exit_info.value.code)
-    assert "\n" not in message
+    message = refusal(main, ["--output_dir", str(tmp_path / "run"), *args])
     assert message.startswith("error: --")
     assert f"'{path}'" in message
     assert problem in message

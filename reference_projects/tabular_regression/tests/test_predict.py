@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from calls import refusal
 from sklearn.datasets import load_diabetes
 
 from tabular_regression.config import FAST_DEV_RUN_DIR
@@ -73,7 +74,5 @@ def test_a_file_that_does_not_fit_the_model_is_a_one_line_error(
     path = tmp_path / "rows.csv"
     values = np.ones((3, len(columns)))
     np.savetxt(path, values, fmt="%g", delimiter=",", header=",".join(columns), comments="")
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(model_dir), str(path)])
-    message = str(exit_info.value.code)
-    assert f"'{path}'" in message and problem in message and "\n" not in message
+    message = refusal(main, [str(model_dir), str(path)])
+    assert f"'{path}'" in message and problem in message

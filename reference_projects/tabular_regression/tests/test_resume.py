@@ -10,6 +10,7 @@ from multiprocessing import forkserver
 from pathlib import Path
 
 import pytest
+from calls import as_arguments
 from run_logs import assert_same_end, logged
 
 from tabular_regression import task
@@ -26,15 +27,16 @@ PRELOAD = [
 ]
 
 
+RUN_FIELDS = {
+    "max_steps": STEPS,
+    "log_every": 1,
+    "eval_every": 10,
+    "checkpoint_every": 5,
+}
+
+
 def run_args(output_dir: Path, *extra: str) -> list[str]:
-    fields = {
-        "output_dir": output_dir,
-        "max_steps": STEPS,
-        "log_every": 1,
-        "eval_every": 10,
-        "checkpoint_every": 5,
-    }
-    return [f"--{name}={value}" for name, value in fields.items()] + list(extra)
+    return as_arguments({"output_dir": output_dir, **RUN_FIELDS}, *extra)
 
 
 def steps_logged(metrics: Path) -> int:

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
+from calls import as_arguments
 
 from text_classification.config import load_config
 from text_classification.train import main as train
@@ -75,7 +76,7 @@ def short_run_in():
             "width": 32,
             "layers": 1,
         }
-        return [f"--{name}={value}" for name, value in fields.items()] + list(extra)
+        return as_arguments(fields, *extra)
 
     return args
 

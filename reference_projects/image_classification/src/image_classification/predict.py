@@ -20,6 +20,7 @@ from .data import Preprocess
 from .images import load_image
 from .loaders import DataError
 from .model import build_model
+from .utils.cli import Parser
 
 
 def load_trained(model_dir: str | Path) -> tuple[nn.Module, Preprocess]:
@@ -38,15 +39,16 @@ def predict(model: nn.Module, preprocess: Preprocess, images: list[Image.Image])
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) < 2:
-        raise SystemExit(f"usage: python -m {__package__}.predict MODEL_DIR IMAGE [IMAGE ...]")
-    model, preprocess = load_trained(args[0])
+    parser = Parser("predict", "Classify images with a trained model.")
+    parser.add_argument("model_dir", metavar="MODEL_DIR", help="a training run's model/ folder")
+    parser.add_argument("paths", metavar="IMAGE", nargs="+", help="image files to classify")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    model, preprocess = load_trained(args.model_dir)
     try:
-        images = [load_image(path) for path in args[1:]]
+        images = [load_image(path) for path in args.paths]
     except DataError as error:
         raise SystemExit(f"error: {error}") from None
-    for path, label in zip(args[1:], predict(model, preprocess, images), strict=True):
+    for path, label in zip(args.paths, predict(model, preprocess, images), strict=True):
         print(f"{path}\t{label}")
 
 

@@ -219,10 +219,7 @@ def _with_overrides(cfg: TrainConfig, overrides: dict[str, str]) -> TrainConfig:
 
 
 def _parser() -> Parser:
-    parser = Parser(
-        prog="python -m image_classification_loaded.export",
-        description="Export a checkpoint and verify the artifact against PyTorch.",
-    )
+    parser = Parser("export", "Export a checkpoint and verify the artifact against PyTorch.")
     parser.add_argument(
         "--output_dir",
         default=TrainConfig.output_dir,

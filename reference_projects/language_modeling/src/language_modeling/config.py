@@ -88,31 +88,40 @@ RESUME_FREE_FIELDS = frozenset(
     }
 )
 
-# Checked after parsing: field -> (test, what is allowed).
-_RULES: dict[str, tuple[typing.Callable[[typing.Any], bool], str]] = {
+# A field's check after parsing: (test, what is allowed).
+_Rule = tuple[typing.Callable[[typing.Any], bool], str]
+
+
+def _at_least(minimum: int, meaning: str = "") -> _Rule:
+    """An integer of at least `minimum`; `meaning` explains its unit or a special value."""
+    allowed = f"an integer >= {minimum}" + (f" ({meaning})" if meaning else "")
+    return (lambda v: v >= minimum, allowed)
+
+
+_RULES: dict[str, _Rule] = {
     "seed": (lambda v: 0 <= v < 2**32, "an integer in [0, 2**32)"),
     "val_fraction": (lambda v: 0 < v < 1, "a number in (0, 1)"),
     "num_workers": (lambda v: v == "auto" or v >= 0, "'auto' or an integer >= 0"),
-    "width": (lambda v: v >= 1, "an integer >= 1"),
+    "width": _at_least(1),
     "dropout": (lambda v: 0 <= v < 1, "a number in [0, 1)"),
     "beta2": (lambda v: 0 <= v < 1, "a number in [0, 1)"),
-    "corpus_bytes": (lambda v: v >= 0, "an integer >= 0 (0: all of the text)"),
-    "context": (lambda v: v >= 2, "an integer >= 2 (bytes)"),
-    "heads": (lambda v: v >= 1, "an integer >= 1"),
-    "layers": (lambda v: v >= 1, "an integer >= 1"),
-    "epochs": (lambda v: v >= 1, "an integer >= 1"),
-    "max_steps": (lambda v: v >= 0, "an integer >= 0 (0: run all epochs)"),
-    "batch_size": (lambda v: v >= 1, "an integer >= 1"),
-    "grad_accum_steps": (lambda v: v >= 1, "an integer >= 1"),
+    "corpus_bytes": _at_least(0, "0: all of the text"),
+    "context": _at_least(2, "bytes"),
+    "heads": _at_least(1),
+    "layers": _at_least(1),
+    "epochs": _at_least(1),
+    "max_steps": _at_least(0, "0: run all epochs"),
+    "batch_size": _at_least(1),
+    "grad_accum_steps": _at_least(1),
     "lr": (lambda v: 0 < v < math.inf, "a number > 0"),
     "weight_decay": (lambda v: 0 <= v < math.inf, "a number >= 0"),
-    "warmup_steps": (lambda v: v >= 0, "an integer >= 0"),
+    "warmup_steps": _at_least(0),
     "max_grad_norm": (lambda v: v > 0, "a number > 0 (inf: never clip)"),
-    "eval_every": (lambda v: v >= 0, "an integer >= 0 (0: every epoch)"),
-    "log_every": (lambda v: v >= 1, "an integer >= 1"),
-    "checkpoint_every": (lambda v: v >= 0, "an integer >= 0 (0: every epoch)"),
-    "keep_checkpoints": (lambda v: v >= 1, "an integer >= 1"),
-    "overfit_batches": (lambda v: v >= 0, "an integer >= 0"),
+    "eval_every": _at_least(0, "0: every epoch"),
+    "log_every": _at_least(1),
+    "checkpoint_every": _at_least(0, "0: every epoch"),
+    "keep_checkpoints": _at_least(1),
+    "overfit_batches": _at_least(0),
 }
 
 _TRUE = {"true", "yes", "1", "on"}

@@ -20,6 +20,7 @@ from .checkpoint import load_weights
 from .config import TrainConfig
 from .data import Preprocess, windows
 from .model import build_model
+from .utils.cli import Parser
 
 BATCH = 64  # windows scored per forward pass
 
@@ -52,11 +53,12 @@ def predict(model: nn.Module, preprocess: Preprocess, texts: list[str]) -> list[
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) < 2:
-        raise SystemExit(f"usage: python -m {__package__}.predict MODEL_DIR FILE [FILE ...]")
-    model, preprocess = load_trained(args[0])
-    for path in args[1:]:
+    parser = Parser("predict", "Score text files with a trained model, in bits per character.")
+    parser.add_argument("model_dir", metavar="MODEL_DIR", help="a training run's model/ folder")
+    parser.add_argument("paths", metavar="FILE", nargs="+", help="UTF-8 text files to score")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    model, preprocess = load_trained(args.model_dir)
+    for path in args.paths:
         try:
             (score,) = predict(model, preprocess, [Path(path).read_text(encoding="utf-8")])
         except (OSError, UnicodeDecodeError, ValueError) as error:

@@ -71,10 +71,7 @@ def main(argv: list[str] | None = None) -> str:
 
 
 def _parser() -> Parser:
-    parser = Parser(
-        prog=f"python -m {__package__}.sample",
-        description="Generate text with a trained model.",
-    )
+    parser = Parser("sample", "Generate text with a trained model.")
     parser.add_argument("model_dir", metavar="MODEL_DIR", help="model/ of a training run")
     parser.add_argument(
         "--prompt", default="\n", help="text to continue; non-empty (default: a newline)"

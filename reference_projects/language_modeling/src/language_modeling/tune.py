@@ -101,10 +101,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, float]]:
 
 def _parser() -> Parser:
     """This command's own options; every other argument is a config field (load_config)."""
-    parser = Parser(
-        prog="python -m language_modeling.tune",
-        description="Measure training samples per second for loader workers and batch sizes.",
-    )
+    parser = Parser("tune", "Measure training samples per second by loader workers and batch size.")
     parser.add_argument(
         "--workers",
         type=listed(at_least(0, int)),

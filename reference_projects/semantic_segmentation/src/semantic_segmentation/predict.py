@@ -23,8 +23,7 @@ from .data import Preprocess
 from .images import load_image
 from .loaders import DataError
 from .model import build_model
-
-USAGE = f"usage: python -m {__package__}.predict MODEL_DIR IMAGE [IMAGE ...] [--out DIR]"
+from .utils.cli import Parser
 
 
 def load_trained(model_dir: str | Path) -> tuple[nn.Module, Preprocess]:
@@ -56,26 +55,27 @@ def histogram(mask: Image.Image, class_names: tuple[str, ...]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else list(argv)
-    out = Path("predictions")
-    if "--out" in args:
-        at = args.index("--out")
-        if at + 1 == len(args):
-            raise SystemExit(f"error: --out needs a folder ({USAGE})")
-        out = Path(args.pop(at + 1))
-        args.pop(at)
-    if len(args) < 2:
-        raise SystemExit(USAGE)
-    model, preprocess = load_trained(args[0])
-    out.mkdir(parents=True, exist_ok=True)
-    for path in map(Path, args[1:]):
+    parser = Parser("predict", "Segment images with a trained model, one mask PNG per image.")
+    parser.add_argument("model_dir", metavar="MODEL_DIR", help="a training run's model/ folder")
+    parser.add_argument("paths", metavar="IMAGE", nargs="+", type=Path, help="images to segment")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("predictions"),
+        metavar="DIR",
+        help="where the masks are written (default: %(default)s)",
+    )
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    model, preprocess = load_trained(args.model_dir)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for path in args.paths:
         try:
             image = load_image(path)
         except DataError as error:
             raise SystemExit(f"error: {error}") from None
         (mask,) = predict(model, preprocess, [image])
         mask_image = to_mask_image(mask, image.size)
-        mask_path = out / f"{path.stem}.png"
+        mask_path = args.out / f"{path.stem}.png"
         mask_image.save(mask_path)
         print(f"{path}\t{mask_path}\t{histogram(mask_image, preprocess.class_names)}")
 

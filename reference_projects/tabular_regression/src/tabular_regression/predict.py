@@ -20,6 +20,7 @@ from .checkpoint import load_weights
 from .config import ConfigError, TrainConfig
 from .data import Preprocess, read_csv
 from .model import build_model
+from .utils.cli import Parser
 
 
 def load_trained(model_dir: str | Path) -> tuple[nn.Module, Preprocess]:
@@ -58,12 +59,13 @@ def read_features(path: str | Path, preprocess: Preprocess) -> np.ndarray:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        raise SystemExit(f"usage: python -m {__package__}.predict MODEL_DIR FILE.csv")
-    model, preprocess = load_trained(args[0])
+    parser = Parser("predict", "Predict the target for every row of a CSV file.")
+    parser.add_argument("model_dir", metavar="MODEL_DIR", help="a training run's model/ folder")
+    parser.add_argument("path", metavar="FILE.csv", help="rows with the training features")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    model, preprocess = load_trained(args.model_dir)
     try:
-        features = read_features(args[1], preprocess)
+        features = read_features(args.path, preprocess)
     except ConfigError as error:
         raise SystemExit(f"error: {error}") from None
     for value in predict(model, preprocess, features):

@@ -20,10 +20,10 @@ from .checkpoint import load_weights
 from .config import TrainConfig
 from .data import Preprocess, pad_batch
 from .model import build_model
+from .utils.cli import Parser
 
 log = logging.getLogger(__package__)
 BATCH_SIZE = 256  # texts per forward pass: bounds memory for a long file
-USAGE = f"usage: python -m {__package__}.predict MODEL_DIR (TEXT [TEXT ...] | --file PATH)"
 
 
 def load_trained(model_dir: str | Path) -> tuple[nn.Module, Preprocess]:
@@ -54,20 +54,24 @@ def predict(model: nn.Module, preprocess: Preprocess, texts: list[str]) -> list[
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) < 2 or (args[1] == "--file" and len(args) != 3):
-        raise SystemExit(USAGE)
-    if args[1] == "--file":
+    parser = Parser("predict", "Classify texts with a trained model.")
+    parser.add_argument("model_dir", metavar="MODEL_DIR", help="a training run's model/ folder")
+    parser.add_argument("texts", metavar="TEXT", nargs="*", help="texts (after --: any text)")
+    parser.add_argument("--file", metavar="PATH", help="a UTF-8 file of texts, one a line")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if bool(args.texts) == bool(args.file):
+        parser.error("give texts or --file PATH, not both and not neither")
+    if args.file:
         try:
-            lines = Path(args[2]).read_text(encoding="utf-8").splitlines()
+            lines = Path(args.file).read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError) as error:
-            raise SystemExit(f"error: --file '{args[2]}': cannot read it ({error})") from None
+            raise SystemExit(f"error: --file '{args.file}': cannot read it ({error})") from None
         texts = [line for line in lines if line.strip()]
     else:
-        texts = args[1:]
+        texts = args.texts
     if not texts or not all(text.strip() for text in texts):
         raise SystemExit("error: every text must have at least one non-space character")
-    model, preprocess = load_trained(args[0])
+    model, preprocess = load_trained(args.model_dir)
     for text, label in zip(texts, predict(model, preprocess, texts), strict=True):
         print(f"{label}\t{text}")
 

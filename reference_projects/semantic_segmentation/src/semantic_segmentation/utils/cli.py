@@ -11,8 +11,11 @@ class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line; options are never abbreviated, so that
     an option a command passes on to load_config is not taken for one of its own."""
 
-    def __init__(self, prog: str, description: str):
-        super().__init__(prog=prog, description=description, allow_abbrev=False)
+    def __init__(self, command: str, description: str):
+        package = __name__.split(".")[0]
+        super().__init__(
+            prog=f"python -m {package}.{command}", description=description, allow_abbrev=False
+        )
 
     def error(self, message: str) -> NoReturn:
         usage = " ".join(self.format_usage().split())
