@@ -137,7 +137,9 @@ def run_project_tests(
     results: list[Outcome] = []
     pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     if workers > 1:
-        pytest += ["-n", str(workers)]
+        # Whole files to a worker: a module's fixtures then run once, not once per worker
+        # (test_distributed's launch of every multi-process run is a third of a suite).
+        pytest += ["-n", str(workers), "--dist", "loadfile"]
     for ref in select(names):
         with tempfile.TemporaryDirectory(prefix="references-test-") as scratch:
             env = project_env(ref.answers, Options(Path(scratch), "cpu"))
