@@ -1,6 +1,7 @@
 """Data: the embedded digits, your own image folders, one preprocessing for both, and the
 files in them that cannot be read."""
 
+import gc
 import io
 from pathlib import Path
 
@@ -177,6 +178,10 @@ def test_an_image_that_fails_to_decode_in_training_stops_the_run_in_one_line(
     assert "Traceback" not in capsys.readouterr().err
     _, payload = find_resume_checkpoint(tmp_path / "run" / "checkpoints")
     assert payload["progress"]["step"] == 6
+    # The failed run's loaders are collected now, not in a later test: after a worker
+    # raised, torch waits MP_STATUS_CHECK_INTERVAL (5 s) for each worker before killing it.
+    monkeypatch.setattr(torch.utils.data._utils, "MP_STATUS_CHECK_INTERVAL", 0.1)
+    gc.collect()
 
 
 def test_tune_sweeps_workers_and_batch_sizes_on_an_image_folder(
