@@ -206,6 +206,25 @@ def test_a_run_of_few_steps_warns_with_the_fix(cfg, caplog, monkeypatch):
     assert not caplog.text
 
 
+def test_early_stopping_ends_the_run_at_the_evaluation_that_exhausts_its_patience(
+    short_run, tmp_path
+):
+    """A plateau: at a learning rate of 1e-9 no evaluation beats the first by 0.5. Of those at
+    steps 2, 4, 6 and 8, the third without improvement (step 8) ends the run the usual way:
+    a checkpoint of that step, model/ and the summary."""
+    stop = ["--early_stopping_patience", "3", "--early_stopping_min_delta", "0.5"]
+    summary = main(short_run("--max_steps", "20", "--eval_every", "2", "--lr", "1e-9", *stop))
+    run = tmp_path / "run"
+    assert summary["stopped_early"] is True and summary["steps"] == 8
+    assert json.loads((run / "summary.json").read_text()) == summary
+    evaluated = [r["step"] for r in map(json.loads, (run / "metrics.jsonl").open()) if "split" in r]
+    assert evaluated == [2, 4, 6, 8]
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step-000008.pt"
+    assert (run / "model" / "model.safetensors").is_file()
+    never = main(short_run("--max_steps", "10", output_dir=tmp_path / "never"))  # patience 0
+    assert never["stopped_early"] is False and never["steps"] == 10
+
+
 def test_accumulation_splits_a_step_into_micro_batches(short_run, tmp_path):
     summary = main(short_run("--batch_size", "16", "--grad_accum_steps", "4"))
     assert summary["steps"] == 6

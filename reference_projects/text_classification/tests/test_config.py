@@ -36,6 +36,8 @@ def test_types_are_parsed():
         "--foo=1",
         "--epochs=1.5",
         "--deterministic=maybe",
+        "--early_stopping_patience=-1",
+        "--early_stopping_min_delta=-0.5",
     ],
 )
 def test_bad_values_exit_with_one_line_naming_the_field(argument, tmp_path):

@@ -1,6 +1,7 @@
 """Exact, crash-safe resume: a run killed at any step and rerun ends exactly where an
 uninterrupted run ends (weights, optimizer state, every logged metric), bit for bit on CPU."""
 
+import json
 import multiprocessing
 import os
 import random
@@ -130,6 +131,27 @@ def test_sigterm_checkpoints_the_current_step_and_exits_75(reference, trainers, 
     assert 13 <= stopped_at < STEPS  # the step in progress when the signal came
     main(args)
     assert_same_run(root / "whole", tmp_path, stopped_at)
+
+
+# No evaluation beats the first by 100: of those at steps 3, 6, 9 and 12, the third without
+# improvement (step 12) stops the run.
+EARLY_STOP = ["--eval_every", "3", "--early_stopping_patience", "3"]
+EARLY_STOP += ["--early_stopping_min_delta", "100"]
+
+
+def test_a_run_killed_before_it_stops_early_stops_at_the_same_step(
+    trainers, tmp_path, embedded_args
+):
+    main(run_args(tmp_path / "whole", *embedded_args, *EARLY_STOP))
+    summary = json.loads((tmp_path / "whole" / "summary.json").read_text())
+    assert summary["stopped_early"] is True and summary["steps"] == 12
+    args = run_args(tmp_path / "killed", *embedded_args, *EARLY_STOP)
+    at_step = random.randint(7, 11)  # resumes from the checkpoint of step 5 or of step 10
+    assert interrupt(trainers, args, tmp_path / "killed", at_step, signal.SIGKILL) < 0
+    resumed = main(args)  # the same command again: resume auto
+    assert resumed["stopped_early"] is True and resumed["steps"] == 12
+    assert logged(tmp_path / "killed") == logged(tmp_path / "whole")
+    assert_same_end(tmp_path / "killed", tmp_path / "whole", 12)
 
 
 def test_nan_loss_stops_naming_the_step_and_keeps_good_checkpoints(

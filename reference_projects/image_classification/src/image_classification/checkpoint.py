@@ -41,8 +41,9 @@ DATA = "data_fingerprint"
 FORMAT = "format"
 DATA_GENERATOR = "data_generator"  # key of the loader generator's state in an RNG entry
 
-# 1: before checkpoints had FORMAT (one process stored RNG as a dict); 2: this layout.
-FORMAT_VERSION = 2
+# 1: before checkpoints had FORMAT (one process stored RNG as a dict); 2: one RNG layout for
+# any number of processes; 3: progress counts stale evaluations (early stopping).
+FORMAT_VERSION = 3
 
 _NAME = re.compile(r"^step-(\d+)\.pt$")
 
@@ -67,6 +68,8 @@ class Progress:
     # Losses of the steps since the last log step: a resumed run logs the same averages.
     window_losses: list[float] = field(default_factory=list)
     total_steps: int = 0  # where the run ends; 0: unknown (checkpoints of format version 1)
+    # Evaluations in a row without an improvement of more than early_stopping_min_delta.
+    stale_evaluations: int = 0
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
@@ -114,7 +117,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 def _upgrade(payload: dict[str, Any]) -> dict[str, Any]:
     """The checkpoint in this version's layout. Version 1 of one process kept its RNG states
-    as a dict and the loader generator's beside them; of several, a list as now."""
+    as a dict and the loader generator's beside them; of several, a list as now. Before
+    version 3 no evaluation was counted as stale: Progress's default, 0."""
     if isinstance(payload[RNG], dict):
         payload[RNG] = [payload[RNG] | {DATA_GENERATOR: payload.pop(DATA_GENERATOR)}]
     payload[FORMAT] = FORMAT_VERSION

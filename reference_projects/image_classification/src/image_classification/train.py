@@ -22,7 +22,7 @@ from . import task
 from .checkpoint import CheckpointError, Progress
 from .config import ConfigError, TrainConfig, apply_fast_dev_run, load_config
 from .data import build_datasets
-from .evaluate import evaluate
+from .evaluate import EarlyStopping, evaluate
 from .loaders import DataError, build_loaders
 from .model import build_model
 from .optim import FEW_STEPS, TrainStep, build_optimizer, prepare
@@ -100,6 +100,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     optimizer = build_optimizer(raw_model, cfg)
     train_step = TrainStep(*prepare(accelerator, model, optimizer), accelerator, cfg, total_steps)
     training_state = TrainingState(cfg, accelerator, raw_model, optimizer, data_generator)
+    stopping = EarlyStopping(cfg.early_stopping_patience, cfg.early_stopping_min_delta)
     if state:
         training_state.restore(state, resumed_from)
         del state  # the checkpoint's copy of every tensor, no longer needed
@@ -117,7 +118,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         clock = TrainingClock(device)  # after the tracker's start; stops for eval and checkpoints
         throughput = Throughput(clock)
         window = start_log_window(accelerator, cfg, progress, clock)
-        while progress.step < total_steps and not stop.requested:
+        while progress.step < total_steps and not stop.requested and not stopping.stops(progress):
             if micro_batches is None:
                 train_loader.batch_sampler.set_epoch(progress.epoch, start_batch=progress.batch)
                 micro_batches = iter(train_loader)
@@ -140,7 +141,6 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 throughput.logged(record["samples"])
                 window.restart(progress.step)
 
-            is_best = False
             if _due(cfg.eval_every, progress.step, end_of_epoch) or last_step:
                 with clock.paused("eval") as evaluation:
                     eval_metrics = evaluate(raw_model, val_loader, accelerator, datasets.preprocess)
@@ -148,22 +148,22 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 record = {"step": progress.step, "epoch": progress.epoch, "split": "val"}
                 metrics_log.write(record | {"eval_s": evaluation.seconds} | eval_metrics)
                 log.info("step %d | val %s %.4f", progress.step, task.METRIC, metric)
-                is_best = _improves(metric, progress.best_metric)
-                if is_best:
-                    progress.best_metric, progress.best_step = metric, progress.step
+                stopping.record(progress, metric)
+            is_best = progress.best_step == progress.step  # this step's evaluation, the best
             if _due(cfg.checkpoint_every, progress.step, end_of_epoch) or is_best or last_step:
                 with clock.paused("checkpoint"):
                     training_state.save(progress, window, datasets.fingerprint, is_best)
                 saved_step = progress.step
+        if saved_step < progress.step:  # stopped by a signal or early: that step is saved too
+            training_state.save(progress, window, datasets.fingerprint, is_best=False)
         if stop.requested:
-            if saved_step < progress.step:  # unless just saved: the grace period is short
-                training_state.save(progress, window, datasets.fingerprint, is_best=False)
             raise Preempted(f"stopped by signal {stop.requested} after step {progress.step}")
     if not eval_metrics:  # resumed a run that had already finished
         eval_metrics = evaluate(raw_model, val_loader, accelerator, datasets.preprocess)
 
     # --- final save and summary
     summary = _summary(progress, eval_metrics, baseline_value, batches_per_epoch, throughput)
+    summary["stopped_early"] = stopping.stops(progress)
     on_main_process(
         accelerator, lambda: finish_run_folder(cfg, raw_model, datasets.preprocess, summary)
     )
@@ -225,12 +225,6 @@ def _summary(
 def _due(every: int, step: int, end_of_epoch: bool) -> bool:
     """Periodic work: every `every` steps, or at the end of each epoch when `every` is 0."""
     return step % every == 0 if every else end_of_epoch
-
-
-def _improves(value: float, best: float | None) -> bool:
-    if best is None:
-        return True
-    return value > best if task.HIGHER_IS_BETTER else value < best
 
 
 def _describe(cfg: TrainConfig, datasets: Any, accelerator: Accelerator, total_steps: int) -> str:

@@ -61,6 +61,10 @@ class TrainConfig:
     log_every: int = 20
     checkpoint_every: int = 0  # 0: at the end of every epoch
     keep_checkpoints: int = 2  # newest checkpoints kept, besides the best one
+    # Stop after this many evaluations in a row without an improvement of the validation
+    # metric by more than early_stopping_min_delta; 0: never stop early
+    early_stopping_patience: int = 0
+    early_stopping_min_delta: float = 0.0
     # --- export
     export_at_end: bool = True  # export the final model to output_dir/export and verify it
     opset: int = 18  # ONNX operator set, >= 18: the oldest torch.onnx writes without converting
@@ -88,6 +92,8 @@ RESUME_FREE_FIELDS = frozenset(
         "log_every",
         "checkpoint_every",
         "keep_checkpoints",
+        "early_stopping_patience",
+        "early_stopping_min_delta",
         "dist_timeout_s",
         "export_at_end",
         "opset",
@@ -129,6 +135,8 @@ _RULES: dict[str, _Rule] = {
     "log_every": _at_least(1),
     "checkpoint_every": _at_least(0, "0: every epoch"),
     "keep_checkpoints": _at_least(1),
+    "early_stopping_patience": _at_least(0, "evaluations; 0: never stop early"),
+    "early_stopping_min_delta": (lambda v: 0 <= v < math.inf, "a number >= 0"),
     "overfit_batches": _at_least(0),
     "opset": _at_least(18, "older opsets need a converter that may fail"),
 }

@@ -58,6 +58,10 @@ class TrainConfig:
     log_every: int = 20
     checkpoint_every: int = 0  # 0: at the end of every epoch
     keep_checkpoints: int = 2  # newest checkpoints kept, besides the best one
+    # Stop after this many evaluations in a row without an improvement of the validation
+    # metric by more than early_stopping_min_delta; 0: never stop early
+    early_stopping_patience: int = 0
+    early_stopping_min_delta: float = 0.0
     # --- debugging
     fast_dev_run: bool = False  # a few steps of everything, afresh in output_dir/fast-dev-run
     overfit_batches: int = 0  # > 0: train on this many batches only, to check the model can fit
@@ -82,6 +86,8 @@ RESUME_FREE_FIELDS = frozenset(
         "log_every",
         "checkpoint_every",
         "keep_checkpoints",
+        "early_stopping_patience",
+        "early_stopping_min_delta",
         "fast_dev_run",  # it sets only fields of this list
         "detect_anomaly",
         "profile",
@@ -119,6 +125,8 @@ _RULES: dict[str, _Rule] = {
     "log_every": _at_least(1),
     "checkpoint_every": _at_least(0, "0: every epoch"),
     "keep_checkpoints": _at_least(1),
+    "early_stopping_patience": _at_least(0, "evaluations; 0: never stop early"),
+    "early_stopping_min_delta": (lambda v: 0 <= v < math.inf, "a number >= 0"),
     "overfit_batches": _at_least(0),
 }
 

@@ -1,5 +1,8 @@
-"""Evaluation: the task's metrics over the whole evaluation set, every sample counted once."""
+"""Evaluation: the task's metrics over the whole evaluation set, every sample counted once,
+and what each evaluation decides: the best checkpoint, and whether the run stops early."""
 
+import logging
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -7,6 +10,9 @@ from accelerate import Accelerator
 from torch import nn
 
 from . import task
+from .checkpoint import Progress
+
+log = logging.getLogger(__name__)
 
 
 def evaluate(
@@ -25,6 +31,44 @@ def evaluate(
     release_cached_memory(device)  # and evaluation's, before training allocates again
     model.train()
     return metrics.compute()
+
+
+def improves(value: float, best: float | None, by: float = 0.0) -> bool:
+    """Whether `value` beats `best` by more than `by`, in the direction of the task's metric."""
+    if best is None:
+        return True
+    return value - best > by if task.HIGHER_IS_BETTER else best - value > by
+
+
+@dataclass(frozen=True)
+class EarlyStopping:
+    """Ends a run after `patience` evaluations in a row that do not beat the best metric so far
+    by more than `min_delta` (patience 0: never). It keeps its count and the best metric in
+    Progress, which every checkpoint holds, so a resumed run stops at the step at which an
+    uninterrupted one stops."""
+
+    patience: int
+    min_delta: float
+
+    def record(self, progress: Progress, metric: float) -> None:
+        """Note an evaluation's metric: the count of evaluations without improvement, and the
+        best metric so far (any improvement, however small, makes a new best checkpoint)."""
+        if improves(metric, progress.best_metric, self.min_delta):
+            progress.stale_evaluations = 0
+        else:
+            progress.stale_evaluations += 1
+        if improves(metric, progress.best_metric):
+            progress.best_metric, progress.best_step = metric, progress.step
+        if self.stops(progress):
+            log.info(
+                "stopping early: %d evaluations without an improvement of more than %g "
+                "(--early_stopping_patience, --early_stopping_min_delta)",
+                self.patience,
+                self.min_delta,
+            )
+
+    def stops(self, progress: Progress) -> bool:
+        return 0 < self.patience <= progress.stale_evaluations
 
 
 def release_cached_memory(device: torch.device) -> None:
