@@ -9,6 +9,7 @@ compare it with, in one process, and prints each one's time relative to the fast
   accelerate  a standard Accelerate loop: prepare + accumulate + clip
   lightning   Lightning's Trainer (skipped when lightning is not installed)
   trainer     the rendered project's train(), logging every 50 steps, progress bar on
+  trainer_ema the same with a moving average of the weights (--ema_decay 0.999)
 
 Workload: an MLP 64-256-256-10 on the digits (64 features), batch 64, AdamW, gradient
 clipping at 1.0, one thread. Each loop's first step is a warm-up and is not timed; the
@@ -183,7 +184,7 @@ def lightning_loop(inputs: torch.Tensor, targets: torch.Tensor, steps: int) -> f
     return clock.seconds
 
 
-def trainer_loop(project: Path, steps: int) -> Callable[..., float]:
+def trainer_loop(project: Path, steps: int, *fields: str) -> Callable[..., float]:
     """The rendered project's own train(), with the benchmark's MLP as its model."""
     sys.path.insert(0, str(project / "src"))
     package = package_of(project)
@@ -208,6 +209,7 @@ def trainer_loop(project: Path, steps: int) -> Callable[..., float]:
                     f"--eval_every={10 * steps}",
                     f"--checkpoint_every={10 * steps}",
                     "--resume=none",
+                    *fields,
                 ]
             )
             summary = train_module.train(cfg)
@@ -253,6 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         project = render({}, Path(tmp, "project"))
         loops["trainer"] = trainer_loop(project, args.steps)
+        loops["trainer_ema"] = trainer_loop(project, args.steps, "--ema_decay=0.999")
         times: dict[str, list[float]] = {name: [] for name in loops}
         for _ in range(args.repeats):  # interleaved, so a slow moment hits every loop alike
             for name, loop in loops.items():
@@ -272,12 +275,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "trainer_vs_bare": medians["trainer"] / medians["bare"],
         # The trainer's own overhead, with the optimizer's speed-up taken out.
         "trainer_vs_bare_fused": medians["trainer"] / medians["bare_fused"],
+        # What the weights' moving average adds to each step.
+        "ema_vs_trainer": medians["trainer_ema"] / medians["trainer"],
         "environment": environment(),
     }
     path = write_result("step_overhead", result, args.out)
     for name in sorted(ratios, key=ratios.get):
         print(f"{name:>11}  {ratios[name]:.2f}  ({medians[name] * 1000 / args.steps:.3f} ms/step)")
-    keys = ("trainer_vs_bare", "trainer_vs_bare_fused")
+    keys = ("trainer_vs_bare", "trainer_vs_bare_fused", "ema_vs_trainer")
     print(json.dumps({key: round(result[key], 3) for key in keys}))
     print(path)
     return 0

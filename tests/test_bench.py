@@ -54,9 +54,11 @@ def test_step_overhead(tmp_path: Path) -> None:
     run_bench("step_overhead.py", "--steps", "8", "--repeats", "1", "--out", str(out))
     result = json.loads(out.read_text(encoding="utf-8"))
     assert result["benchmark"] == "step_overhead"
-    assert {"bare", "bare_fused", "dataloader", "accelerate", "trainer"} <= set(result["median_s"])
+    loops = {"bare", "bare_fused", "dataloader", "accelerate", "trainer", "trainer_ema"}
+    assert loops <= set(result["median_s"])
     assert min(result["relative_to_fastest"].values()) == 1.0
     assert result["trainer_vs_bare"] > 0 and result["trainer_vs_bare_fused"] > 0
+    assert result["ema_vs_trainer"] > 0
 
 
 @pytest.mark.slow
