@@ -154,6 +154,18 @@ def test_a_run_killed_before_it_stops_early_stops_at_the_same_step(
     assert_same_end(tmp_path / "killed", tmp_path / "whole", 12)
 
 
+def test_a_run_killed_while_it_averages_its_weights_resumes_exactly(
+    trainers, tmp_path, embedded_args
+):
+    extra = [*embedded_args, "--ema_decay", "0.9"]
+    main(run_args(tmp_path / "whole", *extra))
+    args = run_args(tmp_path / "killed", *extra)
+    at_step = random.randint(2, STEPS - 2)
+    assert interrupt(trainers, args, tmp_path / "killed", at_step, signal.SIGKILL) < 0
+    main(args)
+    assert_same_run(tmp_path / "whole", tmp_path / "killed", at_step)
+
+
 def test_nan_loss_stops_naming_the_step_and_keeps_good_checkpoints(
     tmp_path, monkeypatch, embedded_args
 ):

@@ -23,8 +23,7 @@ import pytest
 import torch
 from calls import as_arguments
 from multiprocess_runs import without_batchnorm
-from run_logs import assert_same_end, logged
-from safetensors.torch import load_file
+from run_logs import assert_same_end, logged, weights
 
 from image_classification_loaded import train as train_module
 from image_classification_loaded.checkpoint import load_checkpoint
@@ -68,10 +67,6 @@ RUN_FIELDS = {
 
 def run_args(output_dir: Path, *extra: str) -> list[str]:
     return as_arguments({"output_dir": output_dir, **RUN_FIELDS}, *extra)
-
-
-def weights(output_dir: Path) -> dict[str, torch.Tensor]:
-    return load_file(output_dir / "model" / "model.safetensors")
 
 
 def assert_close_runs(actual: Path, expected: Path, from_step: int = 0) -> None:

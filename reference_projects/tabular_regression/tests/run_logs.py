@@ -16,17 +16,23 @@ def logged(output_dir: Path) -> list[dict]:
     return [{k: v for k, v in json.loads(line).items() if k not in TIMINGS} for line in lines]
 
 
+def weights(output_dir: Path) -> dict[str, torch.Tensor]:
+    """The run's final weights, as model/ holds them."""
+    return load_file(output_dir / "model" / "model.safetensors")
+
+
 def assert_same_end(actual: Path, expected: Path, final_step: int) -> None:
-    """Bit for bit the same final weights (model/), and the same progress and optimizer state
-    (moments, step counts, schedule) in the checkpoint of `final_step`."""
-    want_weights = load_file(expected / "model" / "model.safetensors")
-    got_weights = load_file(actual / "model" / "model.safetensors")
+    """Bit for bit the same final weights (model/), and the same progress, optimizer state
+    (moments, step counts, schedule) and weights' average in the checkpoint of `final_step`."""
+    want_weights, got_weights = weights(expected), weights(actual)
     assert got_weights.keys() == want_weights.keys()
     assert all(torch.equal(got_weights[key], want_weights[key]) for key in want_weights)
     final = f"checkpoints/step-{final_step:06d}.pt"
     want = torch.load(expected / final, map_location="cpu", weights_only=True)
     got = torch.load(actual / final, map_location="cpu", weights_only=True)
     assert got["progress"] == want["progress"]
+    assert got["average"].keys() == want["average"].keys()
+    assert all(torch.equal(got["average"][key], want["average"][key]) for key in want["average"])
     assert got["optimizer"]["param_groups"] == want["optimizer"]["param_groups"]
     for index, state in want["optimizer"]["state"].items():
         for name, value in state.items():

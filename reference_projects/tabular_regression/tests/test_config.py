@@ -38,6 +38,7 @@ def test_types_are_parsed():
         "--deterministic=maybe",
         "--early_stopping_patience=-1",
         "--early_stopping_min_delta=-0.5",
+        "--ema_decay=1",
     ],
 )
 def test_bad_values_exit_with_one_line_naming_the_field(argument, tmp_path):

@@ -19,6 +19,7 @@ from accelerate import Accelerator
 from torch import nn
 
 from . import task
+from .average import weight_average
 from .checkpoint import CheckpointError, Progress
 from .config import ConfigError, TrainConfig, apply_fast_dev_run, load_config
 from .data import build_datasets
@@ -94,16 +95,15 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     on_main_process(accelerator, lambda: start_run_folder(cfg, datasets.fingerprint, accelerator))
 
     # --- model, optimizer and the resumed state
-    model = build_model(cfg, datasets.preprocess)
-    assert_modules_registered(model)  # before the optimizer, which would miss hidden layers
-    model, raw_model = _on_device(model, accelerator)
+    model, raw_model = _model_on_device(cfg, datasets.preprocess, accelerator)
     optimizer = build_optimizer(raw_model, cfg)
-    train_step = TrainStep(*prepare(accelerator, model, optimizer), accelerator, cfg, total_steps)
-    training_state = TrainingState(cfg, accelerator, raw_model, optimizer, data_generator)
+    average = weight_average(raw_model, cfg.ema_decay)  # before prepare() wraps the forward
+    train_step = TrainStep(
+        *prepare(accelerator, model, optimizer), accelerator, cfg, total_steps, average
+    )
+    training_state = TrainingState(cfg, accelerator, raw_model, data_generator, train_step)
     stopping = EarlyStopping(cfg.early_stopping_patience, cfg.early_stopping_min_delta)
-    if state:
-        training_state.restore(state, resumed_from)
-        del state  # the checkpoint's copy of every tensor, no longer needed
+    training_state.restore(state, resumed_from)
     log.info("%s on %s: %s", task.TASK, device, _describe(cfg, datasets, accelerator, total_steps))
 
     # --- the loop
@@ -143,7 +143,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
             if _due(cfg.eval_every, progress.step, end_of_epoch) or last_step:
                 with clock.paused("eval") as evaluation:
-                    eval_metrics = evaluate(raw_model, val_loader, accelerator, datasets.preprocess)
+                    eval_metrics = evaluate(
+                        average.module, val_loader, accelerator, datasets.preprocess
+                    )
                 metric = eval_metrics[task.METRIC]
                 record = {"step": progress.step, "epoch": progress.epoch, "split": "val"}
                 metrics_log.write(record | {"eval_s": evaluation.seconds} | eval_metrics)
@@ -159,13 +161,13 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         if stop.requested:
             raise Preempted(f"stopped by signal {stop.requested} after step {progress.step}")
     if not eval_metrics:  # resumed a run that had already finished
-        eval_metrics = evaluate(raw_model, val_loader, accelerator, datasets.preprocess)
+        eval_metrics = evaluate(average.module, val_loader, accelerator, datasets.preprocess)
 
     # --- final save and summary
     summary = _summary(progress, eval_metrics, baseline_value, batches_per_epoch, throughput)
     summary["stopped_early"] = stopping.stops(progress)
     on_main_process(
-        accelerator, lambda: finish_run_folder(cfg, raw_model, datasets.preprocess, summary)
+        accelerator, lambda: finish_run_folder(cfg, average.module, datasets.preprocess, summary)
     )
     log.info("done: %(metric)s %(value).4f (baseline %(baseline_value).4f)", summary)
     return summary
@@ -174,9 +176,13 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 # --- helpers
 
 
-def _on_device(model: nn.Module, accelerator: Accelerator) -> tuple[nn.Module, nn.Module]:
+def _model_on_device(
+    cfg: TrainConfig, preprocess: Any, accelerator: Accelerator
+) -> tuple[nn.Module, nn.Module]:
     """The model on the device: the one to train, and the one to save and evaluate (as built,
     whatever prepare() wraps the first in)."""
+    model = build_model(cfg, preprocess)
+    assert_modules_registered(model)  # before the optimizer, which would miss hidden layers
     raw_model = model.to(accelerator.device)
     return raw_model, raw_model
 

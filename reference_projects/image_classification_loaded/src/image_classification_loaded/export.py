@@ -26,7 +26,14 @@ from torch import Tensor, nn
 
 from . import task
 from .artifact import FILE_NAME, FORMAT, ExportError, load_artifact, save_artifact
-from .checkpoint import CONFIG, MODEL, PROGRESS, CheckpointError, load_checkpoint, load_model_state
+from .checkpoint import (
+    CONFIG,
+    PROGRESS,
+    CheckpointError,
+    inference_weights,
+    load_checkpoint,
+    load_model_state,
+)
 from .config import ConfigError, TrainConfig, load_config
 from .data import Preprocess
 from .model import build_model
@@ -84,7 +91,8 @@ def export_run(
                 f"'{preprocess_path}' has {name}={value}: they come from different runs"
             )
     model = build_model(cfg, preprocess)
-    load_model_state(model, state[MODEL], path)  # strict: a one-line error names the misfits
+    # The weights' average where the run kept one; strict: a one-line error names misfits.
+    load_model_state(model, inference_weights(state), path)
     source = {"checkpoint": str(path), "step": state[PROGRESS]["step"]}
     return export_model(model.eval(), preprocess, cfg, output_dir / "export", source)
 

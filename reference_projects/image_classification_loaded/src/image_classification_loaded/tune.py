@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import torch
 
+from .average import weight_average
 from .config import ConfigError, TrainConfig, load_config
 from .data import build_datasets
 from .loaders import DataError, TensorData, build_loaders, resolve_num_workers
@@ -37,8 +38,9 @@ def measure(cfg: TrainConfig, steps: int) -> float:
     datasets = build_datasets(cfg)
     loader, _ = build_loaders(cfg, datasets, device, torch.Generator().manual_seed(cfg.seed))
     model = build_model(cfg, datasets.preprocess).to(device).train()
+    average = weight_average(model, cfg.ema_decay)  # what it costs is measured too
     model, optimizer = prepare(accelerator, model, build_optimizer(model, cfg))
-    train_step = TrainStep(model, optimizer, accelerator, cfg, WARMUP_STEPS + steps)
+    train_step = TrainStep(model, optimizer, accelerator, cfg, WARMUP_STEPS + steps, average)
     window = LogWindow(WARMUP_STEPS + steps, device, 0, [], TrainingClock(device))
     epoch, left = 0, 0  # micro-batches left in the epoch
     for step in range(WARMUP_STEPS + steps):

@@ -27,10 +27,13 @@ from accelerate.utils import gather_object
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from .average import averaged_weights
+
 log = logging.getLogger(__name__)
 
 # Keys of a checkpoint file.
 MODEL = "model"
+AVERAGE = "average"  # the weights' moving average (average.py); empty without one
 OPTIMIZER = "optimizer"
 SCALER = "scaler"
 SKIPPED_STEPS = "skipped_steps"  # the steps a gradient scaler skipped, where one runs
@@ -42,7 +45,8 @@ FORMAT = "format"
 DATA_GENERATOR = "data_generator"  # key of the loader generator's state in an RNG entry
 
 # 1: before checkpoints had FORMAT (one process stored RNG as a dict); 2: one RNG layout for
-# any number of processes; 3: progress counts stale evaluations (early stopping).
+# any number of processes; 3: progress counts stale evaluations (early stopping), and the
+# weights' average is kept where ema_decay asks for one.
 FORMAT_VERSION = 3
 
 _NAME = re.compile(r"^step-(\d+)\.pt$")
@@ -210,6 +214,11 @@ def save_weights(model: nn.Module, directory: Path) -> Path:
     state = {key: value.detach().cpu().contiguous() for key, value in model.state_dict().items()}
     save_file(state, path)
     return path
+
+
+def inference_weights(state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """A checkpoint's weights for evaluation and export: the average where one was kept."""
+    return averaged_weights(state.get(AVERAGE, {})) or state[MODEL]
 
 
 def load_weights(model: nn.Module, directory: Path) -> nn.Module:

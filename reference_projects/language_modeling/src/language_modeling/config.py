@@ -53,6 +53,9 @@ class TrainConfig:
     beta2: float = 0.99  # AdamW's squared-gradient decay; nanoGPT's 0.99 suits short runs
     warmup_steps: int = 100  # linear warmup (at most a fifth of the run), then cosine decay to 0
     max_grad_norm: float = 1.0  # clip the global gradient norm to this; inf: never clip
+    # > 0: evaluate, save and export a moving average of the weights with this decay per
+    # step (e.g. 0.999, about the last 1,000 steps); 0: the trained weights themselves
+    ema_decay: float = 0.0
     # --- evaluation, logging, checkpoints (intervals in optimizer steps)
     eval_every: int = 0  # 0: at the end of every epoch
     log_every: int = 20
@@ -129,6 +132,7 @@ _RULES: dict[str, _Rule] = {
     "keep_checkpoints": _at_least(1),
     "early_stopping_patience": _at_least(0, "evaluations; 0: never stop early"),
     "early_stopping_min_delta": (lambda v: 0 <= v < math.inf, "a number >= 0"),
+    "ema_decay": (lambda v: 0 <= v < 1, "a number in [0, 1) (0: no average)"),
     "overfit_batches": _at_least(0),
 }
 

@@ -10,6 +10,7 @@ from accelerate import Accelerator
 from torch import nn
 
 from . import task
+from .average import NoAverage, WeightAverage
 from .config import TrainConfig
 from .utils.monitor import LogWindow
 
@@ -65,7 +66,8 @@ def prepare(
 
 class TrainStep:
     """One optimizer step: forward and backward over a group of micro-batches, gradients
-    accumulated, then clipping, the scheduled learning rate and the update. Losses, samples
+    accumulated, then clipping, the scheduled learning rate, the update and the weights'
+    average (ema_decay). Losses, samples
     and the wait for batches go to the log window."""
 
     def __init__(
@@ -75,9 +77,10 @@ class TrainStep:
         accelerator: Accelerator,
         cfg: TrainConfig,
         total_steps: int,
+        average: NoAverage | WeightAverage,
     ):
         self.model, self.optimizer, self.accelerator = model, optimizer, accelerator
-        self.cfg, self.total_steps = cfg, total_steps
+        self.cfg, self.total_steps, self.average = cfg, total_steps, average
 
     def __call__(
         self, micro_batches: Iterator, group: int, step: int, window: LogWindow
@@ -102,5 +105,6 @@ class TrainStep:
             param_group["lr"] = lr
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.average.update()  # NoAverage: nothing
         window.end_step()
         return grad_norm, lr

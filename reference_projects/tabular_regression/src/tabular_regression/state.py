@@ -10,6 +10,7 @@ from accelerate import Accelerator
 from torch import nn
 
 from .checkpoint import (
+    AVERAGE,
     CONFIG,
     DATA,
     MODEL,
@@ -22,20 +23,22 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .config import TrainConfig
+from .optim import TrainStep
 from .utils.monitor import LogWindow
 from .utils.processes import on_main_process
 
 
 @dataclass
 class TrainingState:
-    """Everything a step changes besides the progress: weights, optimizer state, random
-    streams."""
+    """Everything a step changes besides the progress: weights and their average, optimizer
+    state, random streams."""
 
     cfg: TrainConfig
     accelerator: Accelerator
     model: nn.Module  # uncompiled and unwrapped: its state_dict loads without either
-    optimizer: torch.optim.Optimizer
     data_generator: torch.Generator
+    # The optimizer and the weights' average
+    train_step: TrainStep
 
     def save(
         self, progress: Progress, window: LogWindow, data_fingerprint: str, is_best: bool
@@ -44,7 +47,8 @@ class TrainingState:
         progress.window_losses = window.pending_losses()  # raises if the loss diverged
         states = {
             MODEL: self.model.state_dict(),
-            OPTIMIZER: self.optimizer.state_dict(),
+            AVERAGE: self.train_step.average.state_dict(),  # empty without ema_decay
+            OPTIMIZER: self.train_step.optimizer.state_dict(),
             CONFIG: asdict(self.cfg),
             DATA: data_fingerprint,
             RNG: gather_rng_states(self.accelerator, self.data_generator),  # one per process
@@ -54,8 +58,13 @@ class TrainingState:
             self.accelerator, lambda: save_checkpoint(directory, progress, states, keep, is_best)
         )
 
-    def restore(self, state: dict[str, Any], path: Path) -> None:
-        """Continue where the checkpoint at `path`, loaded as `state`, stopped."""
+    def restore(self, state: dict[str, Any] | None, path: Path | None) -> None:
+        """Continue where the checkpoint at `path`, loaded as `state`, stopped (None: a new
+        run). `state` is emptied: the checkpoint's copy of every tensor is freed."""
+        if state is None or path is None:
+            return
         load_model_state(self.model, state[MODEL], path)
-        self.optimizer.load_state_dict(state[OPTIMIZER])
+        self.train_step.average.load_state_dict(state.get(AVERAGE, {}))
+        self.train_step.optimizer.load_state_dict(state[OPTIMIZER])
         restore_rng_states(state[RNG], self.accelerator, self.data_generator)
+        state.clear()
