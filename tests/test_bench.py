@@ -95,7 +95,7 @@ def test_check_cost(tmp_path: Path) -> None:
     run_bench("check_cost.py", "--jobs", "1", *(f"--set={s}" for s in one), "--out", str(out))
     result = json.loads(out.read_text(encoding="utf-8"))
     assert result["benchmark"] == "check_cost"
-    for run in (result["server"], result["no_server"]):
+    for run in (result["server_cold_cache"], result["server"], result["no_server"]):
         assert run["combinations"] == run["passed"] == 1
         assert run["cpu_s_per_combination"] > 0
         assert set(run["stage_s"]) == {"render", "lint", "train", "resume", "export"}
