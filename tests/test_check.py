@@ -20,6 +20,7 @@ from generator.launch import Options
 from generator.parallel import check_all
 from generator.report import as_markdown, reproduce, template_commit, write_report
 from generator.run_folder import run_folder_problems
+from generator.selection import select
 from generator.server import Client
 
 SPACE = load_space()
@@ -185,12 +186,15 @@ def server() -> Iterator[Client]:
 
 @pytest.fixture(scope="module")
 def exporting_check(tmp_path_factory: pytest.TempPathFactory, server: Client) -> tuple:
-    """A combination with an export target, checked through every stage."""
+    """A combination with an export target, checked through every stage, as one of the
+    combinations that train with a moving average of the weights."""
     folder = tmp_path_factory.mktemp("exporting") / "c"
     options = Options(folder.parent / "cache")
-    result = check_combination(
-        SPACE, EXPORTING, folder, options, project_tests=False, client=server
-    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(check, "averages_weights", lambda slug: True)
+        result = check_combination(
+            SPACE, EXPORTING, folder, options, project_tests=False, client=server
+        )
     return result, folder / "out" / "fast-dev-run"
 
 
@@ -201,6 +205,21 @@ def test_a_combination_passes_every_stage(exporting_check: tuple) -> None:
     assert [s.name for s in result.stages] == [*FAST_STAGES, "export"]
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     assert summary["steps"] == 4 + 2  # the fast dev run's, then the resume's
+    # Both runs averaged the weights (the resume refuses another ema_decay than its checkpoint's).
+    assert "ema_decay: 0.9" in (run / "config.yaml").read_text(encoding="utf-8")
+    assert "trained with --ema_decay 0.9" in result.notes
+
+
+def test_half_the_combinations_average_the_weights_and_every_choice_both_ways() -> None:
+    _, every = select(SPACE)
+    averaged = [check.averages_weights(SPACE.slug(answers)) for answers in every]
+    assert 0.4 < sum(averaged) / len(every) < 0.6
+    _, pairwise = select(SPACE, pairwise_only=True)
+    for axis in SPACE.axes:
+        for choice in axis.choices:
+            with_choice = [SPACE.slug(a) for a in pairwise if a[axis.name] == choice]
+            ways = {check.averages_weights(slug) for slug in with_choice}
+            assert ways == {True, False}, f"{axis.name}={choice} of the pairwise set: {ways}"
 
 
 # Runs `python -m MODULE ARGS` adding `--resume none` to the resume stage's run (the one that

@@ -2,12 +2,8 @@
 uninterrupted run ends (weights, optimizer state, every logged metric), bit for bit on CPU."""
 
 import json
-import multiprocessing
-import os
 import random
 import signal
-import time
-from multiprocessing import forkserver
 from pathlib import Path
 
 import pytest
@@ -18,16 +14,7 @@ from image_classification import task
 from image_classification.checkpoint import load_checkpoint
 from image_classification.train import main
 
-SRC = Path(__file__).resolve().parents[1] / "src"
 STEPS = 30  # two epochs of the tests' data (conftest.py's embedded_args, user_data) and more
-# A training run's imports, made once by the server its children fork from: the project,
-# torch._dynamo (imported at the optimizer's first use).
-PRELOAD = [
-    "image_classification.train",
-    "torch._dynamo",
-]
-
-
 RUN_FIELDS = {
     "max_steps": STEPS,
     "ema_decay": 0.9,  # the weights' average resumes exactly too (checkpoint key "average")
@@ -39,54 +26,6 @@ RUN_FIELDS = {
 
 def run_args(output_dir: Path, *extra: str) -> list[str]:
     return as_arguments({"output_dir": output_dir, **RUN_FIELDS}, *extra)
-
-
-def steps_logged(metrics: Path) -> int:
-    with metrics.open() as lines:
-        return sum(1 for line in lines if '"split"' not in line)
-
-
-@pytest.fixture(scope="session")
-def trainers():
-    """Training processes forked from one that has imported torch and this project once
-    (multiprocessing's forkserver): each is a process of its own, killed for real, without
-    the seconds a new interpreter spends on imports. The server starts clean, on one thread
-    and with the package on its path, whatever this process has run or set up before."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPATH", str(SRC), prepend=os.pathsep)
-        patch.setenv("OMP_NUM_THREADS", "1")
-        forkserver.ensure_running()
-    return context
-
-
-def quiet_train(args: list[str]) -> None:
-    """A training run, as `python -m` starts it, in a forked child; its output discarded."""
-    # Loader workers fork from this process, as from `python -m`: forked by the server, they
-    # would not see a killed run end, and would outlive it.
-    multiprocessing.set_start_method("fork", force=True)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
-    main(args)
-
-
-def interrupt(trainers, args: list[str], output_dir: Path, at_step: int, signum: int) -> int:
-    """Train in a child process and send it `signum` once it has logged `at_step`."""
-    child = trainers.Process(target=quiet_train, args=(args,))
-    child.start()
-    metrics, deadline = output_dir / "metrics.jsonl", time.monotonic() + 120
-    try:
-        while child.is_alive() and time.monotonic() < deadline:
-            if metrics.exists() and steps_logged(metrics) >= at_step:
-                os.kill(child.pid, signum)
-                break
-            time.sleep(0.002)
-        child.join(timeout=60)
-        return child.exitcode
-    finally:
-        child.kill()
 
 
 def assert_same_run(whole: Path, resumed: Path, from_step: int) -> None:
@@ -114,21 +53,21 @@ def steps_per_epoch(output_dir: Path) -> int:
 
 # Resume points before and after the first epoch boundary.
 @pytest.mark.parametrize("epoch", [0, 1], ids=["first-epoch", "second-epoch"])
-def test_sigkill_at_a_random_step_then_resume_is_exact(reference, trainers, tmp_path, epoch):
+def test_sigkill_at_a_random_step_then_resume_is_exact(reference, interrupt, tmp_path, epoch):
     root, extra = reference
     epoch_steps = steps_per_epoch(root / "whole")
     assert epoch_steps * 2 + 3 <= STEPS, "an epoch must be short enough for two in one run"
     at_step = random.randint(epoch * epoch_steps + 2, (epoch + 1) * epoch_steps - 1)
     args = run_args(tmp_path, *extra)
-    assert interrupt(trainers, args, tmp_path, at_step, signal.SIGKILL) == -signal.SIGKILL
+    assert interrupt(args, tmp_path, at_step, signal.SIGKILL) == -signal.SIGKILL
     main(args)  # the same command again: resume auto
     assert_same_run(root / "whole", tmp_path, at_step)
 
 
-def test_sigterm_checkpoints_the_current_step_and_exits_75(reference, trainers, tmp_path):
+def test_sigterm_checkpoints_the_current_step_and_exits_75(reference, interrupt, tmp_path):
     root, extra = reference
     args = run_args(tmp_path, *extra)
-    assert interrupt(trainers, args, tmp_path, 13, signal.SIGTERM) == 75
+    assert interrupt(args, tmp_path, 13, signal.SIGTERM) == 75
     latest = (tmp_path / "checkpoints" / "latest").read_text().strip()
     stopped_at = load_checkpoint(tmp_path / "checkpoints" / latest)["progress"]["step"]
     assert 13 <= stopped_at < STEPS  # the step in progress when the signal came
@@ -143,14 +82,14 @@ EARLY_STOP += ["--early_stopping_min_delta", "100"]
 
 
 def test_a_run_killed_before_it_stops_early_stops_at_the_same_step(
-    trainers, tmp_path, embedded_args
+    interrupt, tmp_path, embedded_args
 ):
     main(run_args(tmp_path / "whole", *embedded_args, *EARLY_STOP))
     summary = json.loads((tmp_path / "whole" / "summary.json").read_text())
     assert summary["stopped_early"] is True and summary["steps"] == 12
     args = run_args(tmp_path / "killed", *embedded_args, *EARLY_STOP)
     at_step = random.randint(7, 11)  # resumes from the checkpoint of step 5 or of step 10
-    assert interrupt(trainers, args, tmp_path / "killed", at_step, signal.SIGKILL) < 0
+    assert interrupt(args, tmp_path / "killed", at_step, signal.SIGKILL) < 0
     resumed = main(args)  # the same command again: resume auto
     assert resumed["stopped_early"] is True and resumed["steps"] == 12
     assert logged(tmp_path / "killed") == logged(tmp_path / "whole")

@@ -51,7 +51,6 @@ from .utils.processes import (
 )
 from .utils.records import finish_run_folder, peak_memory_mb, start_run_folder
 from .utils.seed import seed_everything
-from .utils.tracker_run import tracked
 from .utils.tracking import start_tracker
 
 log = logging.getLogger("image_classification_loaded")
@@ -121,8 +120,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     train_step.model.train()
     micro_batches, saved_step, eval_metrics = None, progress.step, {}
     with (
-        # The tracker's run (one that cannot start stops here) ends as failed or killed on errors
-        start_tracker(accelerator, cfg, progress.step),
+        # The tracker's run, continued when resuming; one that cannot start stops here
+        start_tracker(accelerator, cfg, progress.step) as tracker,
         open_metrics_log(accelerator, output_dir, progress) as metrics_log,
         progress_report(accelerator, progress) as report,
         start_profiler(accelerator, cfg, output_dir) as profiler,
@@ -151,7 +150,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 stop.agree()  # a signal to any process stops all of them after this step
                 record = window.close(progress.epoch, grad_norm, lr)
                 metrics_log.write(record)
-                accelerator.log(tracked("train", record), step=progress.step)
+                tracker.log(record)
                 report.show(progress.step, record)
                 throughput.logged(record["samples"])
                 window.restart(progress.step)
@@ -163,8 +162,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                     )
                 metric = eval_metrics[task.METRIC]
                 record = {"step": progress.step, "epoch": progress.epoch, "split": "val"}
-                metrics_log.write(record | {"eval_s": evaluation.seconds} | eval_metrics)
-                accelerator.log(tracked("val", eval_metrics), step=progress.step)
+                record |= {"eval_s": evaluation.seconds} | eval_metrics
+                metrics_log.write(record)
+                tracker.log(record)
                 log.info("step %d | val %s %.4f", progress.step, task.METRIC, metric)
                 stopping.record(progress, metric)
             is_best = progress.best_step == progress.step  # this step's evaluation, the best

@@ -91,10 +91,10 @@ def save_checkpoint(
     directory.mkdir(parents=True, exist_ok=True)
     path = checkpoint_path(directory, progress.step)
     payload = {FORMAT: FORMAT_VERSION, **states, PROGRESS: asdict(progress)}
-    _atomic_write(path, lambda file: torch.save(payload, file))
-    _atomic_write(directory / "latest", lambda file: file.write(f"{path.name}\n".encode()))
+    atomic_write(path, lambda file: torch.save(payload, file))
+    atomic_write(directory / "latest", lambda file: file.write(f"{path.name}\n".encode()))
     if is_best:
-        _atomic_write(directory / "best", lambda file: file.write(f"{path.name}\n".encode()))
+        atomic_write(directory / "best", lambda file: file.write(f"{path.name}\n".encode()))
     _prune(directory, keep)
     return path
 
@@ -243,7 +243,7 @@ def _to_tuple(value: Any) -> Any:
     return tuple(_to_tuple(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
-def _atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
+def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
     """Write to a temporary file beside `path`, fsync, then rename over it.
 
     A crash at any moment leaves either the old file or the new one, never a partial one:

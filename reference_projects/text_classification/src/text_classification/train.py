@@ -148,7 +148,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                     )
                 metric = eval_metrics[task.METRIC]
                 record = {"step": progress.step, "epoch": progress.epoch, "split": "val"}
-                metrics_log.write(record | {"eval_s": evaluation.seconds} | eval_metrics)
+                record |= {"eval_s": evaluation.seconds} | eval_metrics
+                metrics_log.write(record)
                 log.info("step %d | val %s %.4f", progress.step, task.METRIC, metric)
                 stopping.record(progress, metric)
             is_best = progress.best_step == progress.step  # this step's evaluation, the best

@@ -23,7 +23,7 @@ from .distributed import (
 )
 from .monitor import ProgressReport, TrainingClock, configure_logging
 from .profiling import NoProfiler, build_profiler
-from .records import MetricsLog
+from .records import METRICS_FILE, MetricsLog
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def open_metrics_log(
 ) -> MetricsLog | DiscardedLog:
     """metrics.jsonl, written by the main process only."""
     if accelerator.is_main_process:
-        return MetricsLog(output_dir / "metrics.jsonl", resume_step=progress.step)
+        return MetricsLog(output_dir / METRICS_FILE, resume_step=progress.step)
     return DiscardedLog()
 
 

@@ -2,21 +2,36 @@
 tracker that cannot start stops the run before training, in one line; a loop that stops
 with an error closes the run as failed or killed.
 
-The loop sends its training record at log steps and the evaluation metrics at evaluation
-steps (`accelerator.log`), and nothing in between: a training step pays nothing for tracking.
+The loop sends its records of metrics.jsonl, training at log steps and evaluation at
+evaluation steps (`TrackerRun.log`), and nothing in between: a training step pays nothing
+for tracking.
 Accelerate talks to the tracker from the main process only.
+
+A resumed run continues the tracker's run of the run it resumes, whose id the first start
+stored in output_dir/RUN_ID_FILE: the steps trained again between the checkpoint and the
+interruption are not sent twice, and those up to the checkpoint that the tracker lost (a
+killed process's last records) are sent from metrics.jsonl.
 """
 
+import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from accelerate import Accelerator
 
+from ..checkpoint import atomic_write
 from ..config import ConfigError, TrainConfig
 from .monitor import Preempted
 from .processes import on_main_process
-from .records import unwritable_reason
+from .records import logged_records, unwritable_reason
+
+log = logging.getLogger(__name__)
+TRACKER = "tensorboard"
+RUN_ID_FILE = "tracker_run.json"  # {TRACKER: run id}, for resumed runs to continue
+# start(accelerator, cfg, output_dir, resumed_step) -> the last step the tracker's run holds
+Start = Callable[[Accelerator, TrainConfig, Path, int], int]
 
 
 class TrackerError(ConfigError):
@@ -34,6 +49,29 @@ class TrackerRun:
     def __init__(self, accelerator: Accelerator, end_stopped: Callable[[Accelerator, bool], None]):
         self.accelerator = accelerator
         self.end_stopped = end_stopped
+        self.tracked_until = 0  # steps the tracker's run already holds (a continued run's)
+
+    def log(self, record: dict[str, Any]) -> None:
+        """Send a record of metrics.jsonl, as `split/name` at its step, unless the run holds
+        that step already: a resumed run trains those steps again, to the same values."""
+        if record["step"] > self.tracked_until:
+            self.accelerator.log(tracked(record), step=record["step"])
+
+    def start(self, cfg: TrainConfig, resumed_step: int, start: Start) -> None:
+        output_dir = Path(cfg.output_dir)
+        try:
+            self.tracked_until = start(self.accelerator, cfg, output_dir, resumed_step)
+        except TrackerError:
+            raise
+        except Exception as error:  # each library raises its own types; all of them stop the run
+            raise TrackerError(f"tensorboard cannot start: {one_line(error)}") from None
+        if not self.accelerator.trackers:  # Accelerate skips a tracker whose package is missing
+            raise TrackerError("tensorboard is not installed; `pip install -e .` installs it")
+        # What a killed process logged last may never have reached the tracker's files; the
+        # checkpoint's steps are in metrics.jsonl.
+        for record in logged_records(output_dir, self.tracked_until, resumed_step):
+            self.log(record)
+        self.tracked_until = max(self.tracked_until, resumed_step)
 
     def __enter__(self) -> "TrackerRun":
         return self
@@ -48,7 +86,7 @@ def start_run(
     accelerator: Accelerator,
     cfg: TrainConfig,
     resumed_step: int,
-    start: Callable[[Accelerator, TrainConfig, Path, int], None],
+    start: Start,
     end_stopped: Callable[[Accelerator, bool], None],
 ) -> TrackerRun:
     """Start the tracker's run (`start`) with the resolved config as its hyperparameters.
@@ -57,29 +95,36 @@ def start_run(
     folder, a malformed setting, a missing package.
     Only the main process tracks; when it cannot start, every process stops.
     """
-    on_main_process(accelerator, lambda: _start_or_explain(accelerator, cfg, resumed_step, start))
-    return TrackerRun(accelerator, end_stopped)
+    run = TrackerRun(accelerator, end_stopped)
+    on_main_process(accelerator, lambda: run.start(cfg, resumed_step, start))
+    return run
 
 
-def _start_or_explain(
-    accelerator: Accelerator,
-    cfg: TrainConfig,
-    resumed_step: int,
-    start: Callable[[Accelerator, TrainConfig, Path, int], None],
-) -> None:
+def stored_run_id(output_dir: Path, resumed_step: int) -> str | None:
+    """The id of the tracker's run that a resumed run continues; None for a new run."""
+    path = output_dir / RUN_ID_FILE
+    if not resumed_step:
+        return None
     try:
-        start(accelerator, cfg, Path(cfg.output_dir), resumed_step)
-    except TrackerError:
-        raise
-    except Exception as error:  # each library raises its own types; all of them stop the run
-        raise TrackerError(f"tensorboard cannot start: {one_line(error)}") from None
-    if not accelerator.trackers:  # Accelerate silently skips a tracker whose package is missing
-        raise TrackerError("tensorboard is not installed; `pip install -e .` installs it")
+        return str(json.loads(path.read_text())[TRACKER])
+    except FileNotFoundError:  # a run folder of an earlier template, or without a tracker
+        reason = f"{output_dir} has no {RUN_ID_FILE}"
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        reason = f"cannot read {path}: {one_line(error)}"
+    log.warning("%s: %s; starting a new run", TRACKER, reason)
+    return None
 
 
-def tracked(split: str, values: dict[str, Any]) -> dict[str, Any]:
+def store_run_id(output_dir: Path, run_id: str) -> None:
+    """Keep the run's id for the runs that resume this one."""
+    content = json.dumps({TRACKER: run_id}) + "\n"
+    atomic_write(output_dir / RUN_ID_FILE, lambda file: file.write(content.encode()))
+
+
+def tracked(record: dict[str, Any]) -> dict[str, Any]:
     """Metric names as the tracker shows them, grouped by split: `train/loss`, `val/accuracy`."""
-    return {f"{split}/{name}": value for name, value in values.items() if name != "step"}
+    split = record.get("split", "train")
+    return {f"{split}/{k}": v for k, v in record.items() if k not in ("step", "split")}
 
 
 def writable_dir(directory: Path) -> Path:

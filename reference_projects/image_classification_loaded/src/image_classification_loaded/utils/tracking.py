@@ -24,7 +24,7 @@ def start_tracker(accelerator: Accelerator, cfg: TrainConfig, resumed_step: int)
     return start_run(accelerator, cfg, resumed_step, _start, _end_stopped)
 
 
-def _start(accelerator: Accelerator, cfg: TrainConfig, output_dir: Path, resumed_step: int) -> None:
+def _start(accelerator: Accelerator, cfg: TrainConfig, output_dir: Path, resumed_step: int) -> int:
     # Accelerator(project_dir=output_dir) puts the event files in output_dir/PROJECT.
     directory = writable_dir(output_dir / PROJECT)
     # A resumed run first hides the events the interrupted run logged after its checkpoint,
@@ -34,6 +34,7 @@ def _start(accelerator: Accelerator, cfg: TrainConfig, output_dir: Path, resumed
         PROJECT, config=asdict(cfg), init_kwargs={"tensorboard": writer_kwargs}
     )
     log.info("tensorboard: view this run with `tensorboard --logdir %s`", directory)
+    return resumed_step  # the events it holds; those logged after it were purged
 
 
 def _end_stopped(accelerator: Accelerator, killed: bool) -> None:

@@ -13,7 +13,7 @@ from ..checkpoint import Progress
 from ..config import ConfigError, TrainConfig
 from .monitor import LogWindow, Preemption, ProgressReport, TrainingClock, configure_logging
 from .profiling import NoProfiler, build_profiler
-from .records import MetricsLog
+from .records import METRICS_FILE, MetricsLog
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def on_main_process(accelerator: Accelerator, work: Callable[[], None]) -> None:
 
 
 def open_metrics_log(accelerator: Accelerator, output_dir: Path, progress: Progress) -> MetricsLog:
-    return MetricsLog(output_dir / "metrics.jsonl", resume_step=progress.step)
+    return MetricsLog(output_dir / METRICS_FILE, resume_step=progress.step)
 
 
 def start_log_window(

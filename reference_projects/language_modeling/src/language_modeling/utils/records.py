@@ -35,6 +35,9 @@ LIBRARIES = (
 )
 
 
+METRICS_FILE = "metrics.jsonl"
+
+
 class MetricsLog:
     """Appends one JSON object per logged step or evaluation to metrics.jsonl.
 
@@ -61,6 +64,13 @@ class MetricsLog:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def logged_records(output_dir: Path, after: int, until: int) -> list[dict[str, Any]]:
+    """The records of output_dir/METRICS_FILE whose step is after `after`, up to `until`."""
+    path = output_dir / METRICS_FILE
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [json.loads(line) for line in lines if after < _step_of(line) <= until]
 
 
 def _step_of(line: str) -> float:
