@@ -53,6 +53,7 @@ test: setup
 check: setup
 	$(PY) -m generator check $(CHECK_ARGS) --jobs $(CHECK_JOBS) --report build/check/matrix
 
+# .pre-commit-config.yaml's hooks on every file: ruff on generator/, tests/ and bench/,
+# whitespace, YAML, TOML and conflict markers everywhere but template/ and reference_projects/.
 lint: setup
-	$(BIN)/ruff format --check generator tests bench
-	$(BIN)/ruff check generator tests bench
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/pre-commit run --all-files --show-diff-on-failure

@@ -53,6 +53,7 @@ PRELOAD = (
     "tqdm",
     "PIL",
     "matplotlib.pyplot",
+    "huggingface_hub.repocard",  # the model card every run writes
     "onnx",
     "torch.utils.tensorboard",
     "wandb",

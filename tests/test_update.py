@@ -9,6 +9,7 @@ Git runs with a throwaway identity and without the machine's git configuration.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -238,6 +239,60 @@ def test_resolved_update_passes_lint_and_its_tests(template_repo: Path, tmp_path
     assert not any("<<<<<<<" in path.read_text(encoding="utf-8") for path in conflicted)
     assert ruff_problems(project) == []
     run_in(project, ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *QUICK_TESTS], "")
+
+
+def make(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`make ARGS` in the project with this interpreter, its tools first on PATH (as in an
+    activated environment), and pre-commit's cache in the test's HOME."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    command = ["make", *args, f"PYTHON={sys.executable}"]
+    return subprocess.run(
+        command, cwd=project, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+
+
+def test_check_update_finds_the_newer_release_and_make_update_brings_it(
+    template_repo: Path, tmp_path: Path
+) -> None:
+    project = render_release(template_repo, tmp_path / "project")
+    # What the scheduled template-update workflow runs: exit 2 while a newer release exists.
+    assert copier_cli(project, "check-update", "--quiet").returncode == 2
+    found = copier_cli(project, "check-update", "--output-format", "json")
+    assert json.loads(found.stdout)["update_available"] is True, found.stdout + found.stderr
+
+    updated = make(project, "update")
+    assert updated.returncode == 0, updated.stdout + updated.stderr
+    assert answers(project)["_commit"] == V2
+    assert source(project, ADDED_IN_V2).is_file()
+    commit_all(project, "Update to v2")
+    assert copier_cli(project, "check-update", "--quiet").returncode == 0
+
+
+@pytest.mark.slow
+def test_make_lint_fails_while_an_update_leaves_a_conflict_or_a_rej_file(
+    template_repo: Path, tmp_path: Path
+) -> None:
+    project = render_release(template_repo, tmp_path / "project")
+    clean = make(project, "lint")  # every hook of .pre-commit-config.yaml, on a fresh render
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    edit_like_a_user(project)
+    assert make(project, "update", "ARGS=--conflict inline").returncode == 0
+    assert unmerged(project), "expected the edited docstring line to conflict"
+
+    conflicted = make(project, "lint")
+    assert conflicted.returncode != 0
+    assert re.search(
+        r"no conflict markers left by copier update or git\.+Failed", conflicted.stdout
+    )
+    for name in unmerged(project):
+        take_template_side(project / name)
+    git(project, "add", "--all")
+    assert make(project, "lint").returncode == 0
+
+    (project / "pyproject.toml.rej").write_text("@@ a change copier could not apply\n")
+    left = make(project, "lint")
+    assert left.returncode != 0 and "./pyproject.toml.rej" in left.stdout
+    assert re.search(r"no \.rej files left by copier update\.+Failed", left.stdout)
 
 
 def test_update_refuses_uncommitted_changes(template_repo: Path, tmp_path: Path) -> None:

@@ -123,11 +123,13 @@ def test_the_nightly_report_merges_every_shard_and_fails_on_any_failure() -> Non
 
 
 def workflow_files(tmp_path: Path) -> list[Path]:
-    """The repository's workflows and the ci.yml of a single and a multi render."""
+    """The repository's workflows and every workflow of a single and a multi render."""
     files = sorted(WORKFLOWS.glob("*.yml"))
     for distributed in ("single", "multi"):
         project = render(SPACE.defaults() | {"distributed": distributed}, tmp_path / distributed)
-        files.append(project / ".github" / "workflows" / "ci.yml")
+        rendered = sorted((project / ".github" / "workflows").glob("*.yml"))
+        assert {path.name for path in rendered} == {"ci.yml", "template-update.yml"}
+        files += rendered
     return files
 
 

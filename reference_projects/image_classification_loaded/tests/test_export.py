@@ -9,6 +9,7 @@ import onnx
 import pytest
 import torch
 from calls import refusal
+from huggingface_hub import ModelCard
 
 from image_classification_loaded import export as export_module
 from image_classification_loaded import task
@@ -99,6 +100,11 @@ def test_exports_the_checkpoint_asked_for(run, checkpoint, capsys):
     step = load_checkpoint(expected)["progress"]["step"]
     assert (meta["checkpoint"], meta["step"]) == (str(expected), step)
     assert "agrees with PyTorch" in capsys.readouterr().out
+    # The model card describes the export just made.
+    card = ModelCard.load(run / "model" / "README.md").text
+    max_abs_error = meta["verified"]["max_abs_error"]
+    assert f"from the checkpoint of step {step}, verified" in card
+    assert f"max abs error {max_abs_error:.3g}, within the tolerance" in card
 
 
 def test_opset_can_be_chosen(run):

@@ -12,15 +12,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from PIL import Image
 
 from text_classification import state, train
 from text_classification.train import main
+from text_classification.utils.model_card import HUB_TASK
 from text_classification.utils.records import run_info
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 RUN_FIELDS = {
     "seed",
+    "train_samples",
+    "val_samples",
     "git_commit",
     "git_dirty",
     "libraries",
@@ -48,6 +52,41 @@ def test_run_json_and_curves_record_the_run(short_run, tmp_path):
     with Image.open(tmp_path / "run" / "curves.png") as image:
         assert image.format == "PNG" and image.width > 0 and image.height > 0
         image.verify()  # raises if the file is truncated or corrupt
+
+
+def test_the_model_card_says_what_summary_json_and_run_json_say(short_run, tmp_path):
+    main(short_run())
+    run_dir = tmp_path / "run"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    run = json.loads((run_dir / "run.json").read_text())
+    card = ModelCard.load(run_dir / "model" / "README.md")  # as the Hub reads it
+    validation, baseline = card.data.eval_results
+    assert card.data.library_name == "pytorch" and card.data.pipeline_tag == HUB_TASK
+    assert validation.task_type == baseline.task_type == HUB_TASK
+    assert validation.metric_type == baseline.metric_type == summary["metric"]
+    assert validation.metric_value == summary["value"]
+    assert baseline.metric_value == summary["baseline_value"]
+    figures = [
+        f"**{summary['value']:.4f}**",
+        f"{summary['best_value']:.4f} at step {summary['best_step']}",
+        f"{summary['baseline_value']:.4f}: ",
+        f"{summary['steps']} steps, {summary['epochs']:.2f} epochs",
+        f"{summary['wall_s']:.1f} s",
+        f"{run['train_samples']} training and {run['val_samples']} validation samples",
+        f"data fingerprint `{run['data_fingerprint']}`",
+        f"Seed {run['seed']}; commit ",
+        f"| `max_steps` | `{summary['steps']}` |",
+    ]
+    assert [figure for figure in figures if figure not in card.text] == []
+    assert "](curves.png)" in card.text and (run_dir / "model" / "curves.png").is_file()
+
+
+def test_a_run_of_one_untimed_step_has_a_model_card_too(short_run, tmp_path):
+    summary = main(short_run("--max_steps", "1"))
+    assert summary["samples_per_s"] is None  # the first step, with its warm-up, is not timed
+    card = ModelCard.load(tmp_path / "run" / "model" / "README.md")
+    assert card.data.eval_results[0].metric_value == summary["value"]
+    assert "samples/s" not in card.text
 
 
 def test_a_cuda_run_records_its_gpus_and_the_cuda_and_cudnn_versions(cfg, monkeypatch):

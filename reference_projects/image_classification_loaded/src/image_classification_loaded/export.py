@@ -38,6 +38,7 @@ from .config import ConfigError, TrainConfig, load_config
 from .data import Preprocess
 from .model import build_model
 from .utils.cli import Parser
+from .utils.model_card import write_model_card
 
 # Exported with a batch of 2: torch.export treats sizes 0 and 1 as constants. Verified with
 # other sizes, so an artifact whose batch size was frozen at the example's cannot pass.
@@ -94,7 +95,9 @@ def export_run(
     # The weights' average where the run kept one; strict: a one-line error names misfits.
     load_model_state(model, inference_weights(state), path)
     source = {"checkpoint": str(path), "step": state[PROGRESS]["step"]}
-    return export_model(model.eval(), preprocess, cfg, output_dir / "export", source)
+    report = export_model(model.eval(), preprocess, cfg, output_dir / "export", source)
+    write_model_card(output_dir)  # its export section, from export/model.json
+    return report
 
 
 def export_model(

@@ -13,6 +13,7 @@ import sys
 from . import data, task
 from .config import ConfigError, load_config
 from .loaders import DataError
+from .utils.model_card import baseline_summary
 from .utils.monitor import configure_logging
 
 
@@ -24,13 +25,12 @@ def main(argv: list[str] | None = None) -> None:
     except (ConfigError, DataError) as error:
         raise SystemExit(f"error: {error}") from None
     baseline = task.baseline(datasets.train_targets, datasets.val_targets)
-    how = " ".join(task.baseline.__doc__.split("\n\n")[0].split())  # its docstring's summary
     lines = [
         f"{task.TASK} data: {cfg.data_dir or 'the embedded dataset'}",
         f"samples: {len(datasets.train)} train / {len(datasets.val)} validation "
         f"(val_fraction {cfg.val_fraction})",
         *data.describe(datasets),
-        f"trivial baseline: {task.METRIC} {baseline:.4f} on validation ({how})",
+        f"trivial baseline: {task.METRIC} {baseline:.4f} on validation ({baseline_summary()})",
         f"fingerprint: {datasets.fingerprint} (recorded in run.json and checkpoints)",
     ]
     print("\n".join(lines))

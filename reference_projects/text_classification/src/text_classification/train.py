@@ -92,7 +92,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     progress, resumed_from, state = resume_point(
         cfg, datasets.fingerprint, accelerator.num_processes, batches_per_epoch, total_steps
     )
-    on_main_process(accelerator, lambda: start_run_folder(cfg, datasets.fingerprint, accelerator))
+    on_main_process(accelerator, lambda: start_run_folder(cfg, datasets, accelerator))
 
     # --- model, optimizer and the resumed state
     model, raw_model = _model_on_device(cfg, datasets.preprocess, accelerator)

@@ -1,5 +1,5 @@
 """What a run writes besides checkpoints: config.yaml and run.json before training,
-metrics.jsonl during it, model/, summary.json and curves.png after it."""
+metrics.jsonl during it, model/ (with its card), summary.json and curves.png after it."""
 
 import hashlib
 import json
@@ -21,7 +21,9 @@ from torch import nn
 
 from ..checkpoint import save_weights
 from ..config import ConfigError, TrainConfig, save_config
+from ..loaders import Datasets
 from .curves import plot_curves
+from .model_card import write_model_card
 
 # Whose versions run.json records: what computes, stores and exports a result.
 LIBRARIES = (
@@ -81,7 +83,7 @@ def _step_of(line: str) -> float:
         return math.inf
 
 
-def start_run_folder(cfg: TrainConfig, fingerprint: str, accelerator: Accelerator) -> None:
+def start_run_folder(cfg: TrainConfig, datasets: Datasets, accelerator: Accelerator) -> None:
     """config.yaml and run.json; an output_dir that is not writable fails here, before
     training, not at the first checkpoint."""
     output_dir = Path(cfg.output_dir)
@@ -89,14 +91,16 @@ def start_run_folder(cfg: TrainConfig, fingerprint: str, accelerator: Accelerato
     if reason:
         raise ConfigError(f"--output_dir: cannot write to '{output_dir}' ({reason})")
     save_config(cfg, output_dir / "config.yaml")
-    info = run_info(cfg, fingerprint, accelerator.num_processes, accelerator.device)
+    info = run_info(cfg, datasets.fingerprint, accelerator.num_processes, accelerator.device)
+    info |= {"train_samples": len(datasets.train), "val_samples": len(datasets.val)}
     write_json(output_dir / "run.json", info)
 
 
 def finish_run_folder(
     cfg: TrainConfig, model: nn.Module, preprocess: Any, summary: dict[str, Any]
 ) -> None:
-    """model/ (weights, preprocessing, config), summary.json, curves.png, run.json's end."""
+    """model/ (weights, preprocessing, config, the model card), summary.json, curves.png,
+    run.json's end."""
     output_dir = Path(cfg.output_dir)
     save_weights(model, output_dir / "model")
     preprocess.save(output_dir / "model" / "preprocess.json")
@@ -104,6 +108,7 @@ def finish_run_folder(
     write_json(output_dir / "summary.json", summary)
     plot_curves(output_dir, summary["metric"], summary["baseline_value"])  # from metrics.jsonl
     complete_run_info(output_dir / "run.json")
+    write_model_card(output_dir)  # from the files above
 
 
 def write_json(path: Path, content: dict[str, Any]) -> None:
