@@ -11,6 +11,8 @@ from torch import nn
 
 from . import task
 from .checkpoint import Progress
+from .config import TrainConfig
+from .utils.pruning import NoPruning, TrialPruning, trial_pruning
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +45,14 @@ def improves(value: float, best: float | None, by: float = 0.0) -> bool:
 @dataclass(frozen=True)
 class EarlyStopping:
     """Ends a run after `patience` evaluations in a row that do not beat the best metric so far
-    by more than `min_delta` (patience 0: never). It keeps its count and the best metric in
-    Progress, which every checkpoint holds, so a resumed run stops at the step at which an
+    by more than `min_delta` (patience 0: never), or when a sweep's pruner stops its trial
+    (`pruning`). It keeps its count, the best metric and the pruner's verdict in Progress,
+    which every checkpoint holds, so a resumed run stops at the step at which an
     uninterrupted one stops."""
 
     patience: int
     min_delta: float
+    pruning: NoPruning | TrialPruning = NoPruning()
 
     def record(self, progress: Progress, metric: float) -> None:
         """Note an evaluation's metric: the count of evaluations without improvement, and the
@@ -59,7 +63,10 @@ class EarlyStopping:
             progress.stale_evaluations += 1
         if improves(metric, progress.best_metric):
             progress.best_metric, progress.best_step = metric, progress.step
-        if self.stops(progress):
+        if self.pruning.prunes(progress.step, metric):
+            progress.pruned = True
+            log.info("pruned: the sweep's pruner stops this trial at step %d", progress.step)
+        elif self.stops(progress):
             log.info(
                 "stopping early: %d evaluations without an improvement of more than %g "
                 "(--early_stopping_patience, --early_stopping_min_delta)",
@@ -68,7 +75,13 @@ class EarlyStopping:
             )
 
     def stops(self, progress: Progress) -> bool:
-        return 0 < self.patience <= progress.stale_evaluations
+        return progress.pruned or 0 < self.patience <= progress.stale_evaluations
+
+
+def early_stopping(cfg: TrainConfig, accelerator: Accelerator) -> EarlyStopping:
+    """The run's early stopping, which a sweep's trial (`sweep_trial`) may also prune."""
+    pruning = trial_pruning(cfg.sweep_trial, accelerator)
+    return EarlyStopping(cfg.early_stopping_patience, cfg.early_stopping_min_delta, pruning)
 
 
 def release_cached_memory(device: torch.device) -> None:

@@ -32,6 +32,9 @@ class TrainConfig:
     resume_changed: bool = False
     cpu: bool = False  # force the CPU even when a GPU is present
     deterministic: bool = False  # bit-exact GPU runs, at a speed cost (see utils/seed.py)
+    # Set by sweep.py: the Optuna trial this run reports its evaluations to, which may prune
+    # it ("TRIAL_ID@STORAGE_URL"); None: not in a sweep (utils/pruning.py)
+    sweep_trial: str | None = None
     # A collective that some process never reaches (a bug, a dead node) fails after this long
     # instead of hanging the job; generous, as the first one waits for every process to start.
     dist_timeout_s: int = 600
@@ -88,6 +91,7 @@ RESUME_FREE_FIELDS = frozenset(
         "data_dir",  # the data's fingerprint is compared instead: the folder may move
         "resume",
         "resume_changed",
+        "sweep_trial",  # a trial the sweep runs again continues its folder as another trial
         "epochs",
         "max_steps",
         "num_workers",

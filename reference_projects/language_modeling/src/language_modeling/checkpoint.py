@@ -46,8 +46,9 @@ DATA_GENERATOR = "data_generator"  # key of the loader generator's state in an R
 
 # 1: before checkpoints had FORMAT (one process stored RNG as a dict); 2: one RNG layout for
 # any number of processes; 3: progress counts stale evaluations (early stopping), and the
-# weights' average is kept where ema_decay asks for one.
-FORMAT_VERSION = 3
+# weights' average is kept where ema_decay asks for one; 4: progress says whether a sweep's
+# pruner stopped the run.
+FORMAT_VERSION = 4
 
 _NAME = re.compile(r"^step-(\d+)\.pt$")
 
@@ -74,6 +75,7 @@ class Progress:
     total_steps: int = 0  # where the run ends; 0: unknown (checkpoints of format version 1)
     # Evaluations in a row without an improvement of more than early_stopping_min_delta.
     stale_evaluations: int = 0
+    pruned: bool = False  # a sweep's pruner stopped the run (utils/pruning.py)
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
@@ -122,7 +124,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 def _upgrade(payload: dict[str, Any]) -> dict[str, Any]:
     """The checkpoint in this version's layout. Version 1 of one process kept its RNG states
     as a dict and the loader generator's beside them; of several, a list as now. Before
-    version 3 no evaluation was counted as stale: Progress's default, 0."""
+    version 3 no evaluation was counted as stale, before 4 no run was pruned: Progress's
+    defaults."""
     if isinstance(payload[RNG], dict):
         payload[RNG] = [payload[RNG] | {DATA_GENERATOR: payload.pop(DATA_GENERATOR)}]
     payload[FORMAT] = FORMAT_VERSION

@@ -23,7 +23,7 @@ from .average import weight_average
 from .checkpoint import CheckpointError, Progress
 from .config import ConfigError, TrainConfig, apply_fast_dev_run, load_config
 from .data import build_datasets
-from .evaluate import EarlyStopping, evaluate
+from .evaluate import early_stopping, evaluate
 from .loaders import DataError, build_loaders
 from .model import build_model
 from .optim import FEW_STEPS, TrainStep, build_optimizer, prepare
@@ -102,7 +102,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         *prepare(accelerator, model, optimizer), accelerator, cfg, total_steps, average
     )
     training_state = TrainingState(cfg, accelerator, raw_model, data_generator, train_step)
-    stopping = EarlyStopping(cfg.early_stopping_patience, cfg.early_stopping_min_delta)
+    stopping = early_stopping(cfg, accelerator)  # and a sweep's pruning of its trial
     training_state.restore(state, resumed_from)
     log.info("%s on %s: %s", task.TASK, device, _describe(cfg, datasets, accelerator, total_steps))
 
@@ -226,6 +226,7 @@ def _summary(
         "eval_s": clock.paused_s["eval"],
         "checkpoint_s": clock.paused_s["checkpoint"],
         "peak_mem_mb": peak_memory_mb(clock.device),
+        "pruned": progress.pruned,  # by a sweep's pruner (stopped_early is true too)
     }
 
 

@@ -1,0 +1,315 @@
+"""Search hyperparameters with Optuna, every trial a real training run, nothing lost.
+
+    python -m text_classification.sweep [--space configs/sweep.yaml]
+        [--trials 20] [--study_dir outputs/sweep] [--storage URL] [--workers 1]
+        [--pruner median] [--seed 0] [--report] [--field value ...]
+
+Each trial trains, with the fields the space suggests and the fixed `--field value`
+arguments, into study_dir/trial-NNNN as the train command would, so any trial can be
+inspected, resumed, exported or predicted with. The study (TPE sampler seeded
+with --seed, a median pruner at evaluations) lives in --storage: by default SQLite in
+study_dir, for one machine; several machines share a PostgreSQL or MySQL URL.
+
+Run the same command again after any interruption: finished trials are kept; a trial
+stopped with its sweep (SIGTERM: it checkpoints, the sweep exits 75) or killed with it
+(SIGKILL, a reboot: once its heartbeat is older than 2 x --heartbeat_s) runs again as a
+new trial that continues in the same folder from its last checkpoint; then the sweep goes
+on to --trials finished (complete or pruned) trials. sweep.md, best.yaml and the plots
+in study_dir say how it went (also at any time with --report).
+"""
+
+import argparse
+import contextlib
+import ctypes
+import json
+import logging
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
+from optuna.study import MaxTrialsCallback
+from optuna.trial import TrialState
+
+from . import task
+from . import train as training
+from .config import ConfigError, load_config
+from .utils.cli import Parser, at_least
+from .utils.monitor import Preemption, configure_logging
+from .utils.pruning import PRUNER, study_pruner
+from .utils.search_space import Dimension, as_arguments, read_space
+from .utils.sweep_report import write_report
+
+log = logging.getLogger(__name__)
+# The retry of an interrupted trial is experimental in Optuna; this command relies on it.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+PACKAGE = __package__  # also when run as `python -m PACKAGE.sweep`, where __name__ is __main__
+STUDY = "sweep"  # the study's name in its storage
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+class TrialFailed(RuntimeError):
+    """A trial's training exited with an error (a diverged loss, say); the sweep goes on."""
+
+
+class SweepStopped(RuntimeError):
+    """The sweep was asked to stop (SIGTERM); its running trial checkpointed."""
+
+    def __init__(self, trial: int | None, signum: int):
+        where = "" if trial is None else f" in trial {trial}"
+        super().__init__(f"stopped by signal {signum}{where}")
+        self.trial = trial
+
+
+def main(argv: list[str] | None = None) -> optuna.Study:
+    configure_logging(logging.INFO)
+    args, fixed = _parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+    try:
+        load_config(fixed)  # the fixed fields alone must be a valid configuration
+        space = read_space(args.space, fixed)
+        study = open_study(args, space)
+    except ConfigError as error:
+        raise SystemExit(f"error: {error}") from None
+    if not args.report:
+        processes = _Processes()
+        try:
+            if not args.worker:  # a worker's sweep has waited already
+                _wait_for_interrupted(study, args.heartbeat_s)
+            if args.workers > 1:
+                run_workers(args, fixed, processes)
+            else:
+                run_trials(study, args, space, fixed, processes)
+        except SweepStopped as stop:
+            log.warning("%s; run the same command again to continue", stop)
+            raise SystemExit(Preemption.EXIT_CODE) from None
+        finally:
+            processes.restore()
+    if not args.worker:  # the sweep that started the workers reports once they end
+        write_report(study, args.study_dir, fixed)
+    return study
+
+
+def open_study(args: Any, space: list[Dimension]) -> optuna.Study:
+    """The study in --storage, created on first use; one that searched another space is
+    refused, as its trials would mislead the sampler."""
+    args.study_dir.mkdir(parents=True, exist_ok=True)
+    url = args.storage or f"sqlite:///{(args.study_dir / 'study.db').resolve()}"
+    # Optuna's advice for SQLite: one machine, not over NFS, a generous lock timeout for
+    # concurrent writers (--workers); several machines use a database server.
+    engine = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
+    storage = RDBStorage(
+        url,
+        engine_kwargs=engine,
+        heartbeat_interval=args.heartbeat_s,
+        grace_period=2 * args.heartbeat_s,
+        heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
+            inherit_intermediate_values=True
+        ),
+    )
+    study = optuna.create_study(
+        study_name=STUDY,
+        storage=storage,
+        direction="maximize" if task.HIGHER_IS_BETTER else "minimize",
+        pruner=study_pruner(args.pruner),
+        load_if_exists=True,
+    )
+    # Seeded, and offset by the trials so far: a sweep run again draws new parameters
+    # instead of repeating the first run's.
+    study.sampler = optuna.samplers.TPESampler(seed=args.seed + len(study.trials))
+    searched = [dimension.describe() for dimension in space]
+    previous = study.user_attrs.get("space")
+    if previous is None:
+        study.set_user_attr("space", searched)
+    elif previous != searched:
+        raise ConfigError(
+            f"the study in {url} searched another space ({'; '.join(previous)}): continue it "
+            "with that space file, or start a new study with another --study_dir"
+        )
+    study.set_user_attr("url", url)
+    study.set_user_attr(PRUNER, args.pruner)  # for the runs, which report to it
+    return study
+
+
+def run_trials(
+    study: optuna.Study, args: Any, space: list[Dimension], fixed: list[str], processes: Any
+) -> None:
+    """Run trials until --trials have finished; a trial whose training fails (a diverged
+    loss, say) is recorded as failed and the sweep goes on, up to --trials failures."""
+    if _finished(study) >= args.trials:
+        return
+
+    def objective(trial: optuna.Trial) -> float:
+        return run_trial(trial, args, space, fixed, processes)
+
+    def stop_after_failures(study: optuna.Study, trial: Any) -> None:
+        if len(study.get_trials(deepcopy=False, states=(TrialState.FAIL,))) >= args.trials:
+            log.error("%d trials failed: stopping; see their sweep.log", args.trials)
+            study.stop()
+
+    finished = MaxTrialsCallback(args.trials, states=FINISHED)
+    try:
+        study.optimize(objective, callbacks=[finished, stop_after_failures], catch=(TrialFailed,))
+    except SweepStopped as stop:
+        # Optuna marked the trial failed; it runs again, from its checkpoint, next time.
+        interrupted = study.get_trials(deepcopy=False)[stop.trial]
+        RetryHeartbeatStaleTrialCallback(inherit_intermediate_values=True)(study, interrupted)
+        raise
+
+
+def run_trial(
+    trial: optuna.Trial, args: Any, space: list[Dimension], fixed: list[str], processes: Any
+) -> float:
+    """Train one trial in its folder; its best evaluation is the trial's value."""
+    if processes.requested:  # between two trials: this one starts next time
+        raise SweepStopped(trial.number, processes.requested)
+    params = {dimension.name: dimension.suggest(trial) for dimension in space}
+    frozen = trial.study.get_trials(deepcopy=False)[trial.number]
+    first = RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen)  # a trial run again
+    output_dir = args.study_dir / f"trial-{trial.number if first is None else first:04d}"
+    output_dir.mkdir(parents=True, exist_ok=True)
+    trial.set_user_attr("output_dir", str(output_dir))
+    spec = f"{STUDY}/{trial.number}@{trial.study.user_attrs['url']}"
+    argv = ["--output_dir", str(output_dir), *fixed, *as_arguments(params), "--sweep_trial", spec]
+    log.info("trial %d: %s -> %s", trial.number, params, output_dir)
+    code = processes.run_trial(argv, output_dir / "sweep.log", args)
+    if processes.requested:  # whatever the launcher made of the run's exit 75
+        raise SweepStopped(trial.number, processes.requested)
+    if code != 0:
+        raise TrialFailed(f"trial {trial.number} exited with {code}: see {output_dir}/sweep.log")
+    summary = json.loads((output_dir / "summary.json").read_text())
+    trial.set_user_attr("steps", summary["steps"])
+    trial.set_user_attr("wall_s", summary["wall_s"])
+    if summary["pruned"]:
+        raise optuna.TrialPruned(f"pruned at step {summary['steps']}")
+    return summary["best_value"]
+
+
+def run_workers(args: Any, fixed: list[str], processes: Any) -> None:
+    """--workers K: K sweeps of this study, each a process with its own sampler seed."""
+    options = ["--space", str(args.space), "--trials", str(args.trials)]
+    options += ["--study_dir", str(args.study_dir), "--pruner", args.pruner]
+    options += ["--heartbeat_s", str(args.heartbeat_s), "--worker"]
+    options += ["--storage", args.storage] if args.storage else []
+    sweep = [sys.executable, "-m", f"{PACKAGE}.sweep", *options, *fixed]
+    codes = processes.run([[*sweep, "--seed", str(args.seed + i)] for i in range(args.workers)])
+    if processes.requested:
+        raise SweepStopped(None, processes.requested)
+    if any(codes):
+        raise SystemExit(f"error: the sweep's workers exited with {codes}")
+
+
+class _Processes:
+    """Runs the trials' trainings (and the workers); on SIGTERM, passes it on (a run
+    checkpoints and exits 75) and remembers it, so the sweep stops after them. On Linux
+    each also gets SIGTERM when the sweep dies: a killed sweep's trial checkpoints instead
+    of training on alone."""
+
+    def __init__(self) -> None:
+        self.requested: int | None = None
+        self.running: list[Any] = []  # what a signal goes to: processes with a pid
+        self.previous = signal.signal(signal.SIGTERM, self._forward)
+        # Trials fork from a server that imported training once: a new process each, in a
+        # fraction of a second instead of the seconds torch takes to import.
+        self.trials = multiprocessing.get_context("forkserver")
+        self.trials.set_forkserver_preload([f"{PACKAGE}.train"])
+
+    def run_trial(self, argv: list[str], log_path: Path, args: Any) -> int:
+        """Train with `argv` in a process of its own, its output appended to `log_path`."""
+        trial = self.trials.Process(target=_train, args=(argv, str(log_path), os.getpid()))
+        trial.start()
+        self.running = [trial]
+        trial.join()
+        return trial.exitcode
+
+    def run(self, commands: list[list[str]], output: Any = None) -> list[int]:
+        stderr = None if output is None else subprocess.STDOUT
+        self.running = [
+            subprocess.Popen(
+                command, stdout=output, stderr=stderr, preexec_fn=_terminate_with_parent
+            )
+            for command in commands
+        ]
+        return [process.wait() for process in self.running]
+
+    def _forward(self, signum: int, frame: object) -> None:
+        self.requested = signum
+        for process in self.running:
+            with contextlib.suppress(ProcessLookupError):  # one that has ended
+                os.kill(process.pid, signum)
+
+    def restore(self) -> None:
+        signal.signal(signal.SIGTERM, self.previous)
+
+
+def _train(argv: list[str], log_path: str, sweep: int) -> None:
+    """A trial's training, in its forked process, as `python -m PACKAGE.train ARGV` runs."""
+    # Its parent is the fork server, which outlives a killed sweep: watch the sweep.
+    threading.Thread(target=_stop_when_gone, args=(sweep,), daemon=True).start()
+    # Loader workers fork from this process, as from `python -m`: forked by the server,
+    # they would not see a killed run end.
+    multiprocessing.set_start_method("fork", force=True)
+    output = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(output, 1)
+    os.dup2(output, 2)
+    sys.argv = [training.__file__, *argv]  # what run.json records as the command
+    training.main(argv)
+
+
+def _stop_when_gone(sweep: int) -> None:
+    """SIGTERM to this process (a checkpoint, then exit 75) once the sweep has ended."""
+    while True:
+        time.sleep(0.2)
+        try:
+            os.kill(sweep, 0)
+        except ProcessLookupError:
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+
+
+def _terminate_with_parent() -> None:
+    if sys.platform == "linux":
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _wait_for_interrupted(study: optuna.Study, heartbeat_s: int) -> None:
+    """A trial left running by a killed sweep is failed (and queued again) once its
+    heartbeat is stale: wait that long for any running trial, as a restart usually follows
+    an interruption; trials that other live sweeps run keep beating and are left alone."""
+    deadline = time.monotonic() + 3 * heartbeat_s
+    while study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        fail_stale_trials(study)
+        if time.monotonic() > deadline:
+            return
+        time.sleep(1)
+
+
+def _finished(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def _parser() -> Parser:
+    """This command's own options; every other argument is a config field (load_config)."""
+    parser = Parser("sweep", "Search hyperparameters with Optuna, each trial a training run.")
+    parser.add_argument("--space", type=Path, default=Path("configs/sweep.yaml"), metavar="FILE")
+    parser.add_argument("--trials", type=at_least(1, int), default=20, metavar="N")
+    parser.add_argument("--study_dir", type=Path, default=Path("outputs/sweep"), metavar="DIR")
+    parser.add_argument("--storage", metavar="URL", help="default: sqlite:///STUDY_DIR/study.db")
+    parser.add_argument("--workers", type=at_least(1, int), default=1, metavar="K")
+    parser.add_argument("--pruner", choices=("median", "none"), default="median")
+    parser.add_argument("--seed", type=at_least(0, int), default=0, metavar="S")
+    parser.add_argument("--heartbeat_s", type=at_least(1, int), default=10, metavar="S")
+    parser.add_argument("--report", action="store_true", help="write the report and exit")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+if __name__ == "__main__":
+    main()
