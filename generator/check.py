@@ -232,6 +232,7 @@ class _Run:
         # it out of the log tail (the folder is kept, to rerun the failing test in full).
         quiet = ["--tb=short", "--show-capture=no", "--disable-warnings"]
         pytest = ["pytest", "-q", "-x", "-p", "no:cacheprovider", *quiet]
+        pytest += self.options.project_test_args
         run_checked([sys.executable, "-m", *pytest], self.project, self._env())
 
     def _run_module(

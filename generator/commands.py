@@ -61,7 +61,14 @@ def check_combinations(args: argparse.Namespace, argv: Sequence[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="generator-check-") as scratch:
         workdir = args.workdir or Path(scratch)
         options = Options(
-            workdir / "compile-cache", args.device, args.steps, args.jobs, not args.no_server
+            workdir / "compile-cache",
+            args.device,
+            args.steps,
+            args.jobs,
+            not args.no_server,
+            # The reference projects' suites run the sweep's whole-sweep tests (every task,
+            # single and multi); the rest, which vary precision, tracker and export, skip them.
+            ("-m", "not sweep") if args.project_tests == "rest" else (),
         )
         print(
             f"checking {len(combinations)} combinations on {args.device}, "

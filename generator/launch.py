@@ -35,6 +35,8 @@ class Options:
     steps: int = 2  # optimizer steps the resume stage adds to the fast dev run's
     jobs: int = 1  # combinations checked at once
     server: bool = True  # fork the stages' processes from a process server (generator.server)
+    # pytest's arguments for the projects' own suites, e.g. a marker expression (-m ...)
+    project_test_args: tuple[str, ...] = ()
 
 
 def processes(answers: Mapping[str, Answer]) -> int:

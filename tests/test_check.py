@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from generator import check, launch, parallel
+from generator import check, commands, launch, parallel
 from generator.answers import Answers, load_space
 from generator.check import Result, Stage, check_combination
 from generator.cli import main
@@ -103,6 +103,21 @@ def test_check_all_keeps_order_starts_the_sample_first_and_keeps_failures(
     assert [p.name for p in tmp_path.iterdir() if p.name != "cache"] == [
         f"0004-{SPACE.slug(combos[3])}"
     ]
+
+
+@pytest.mark.parametrize(("samples", "expected"), [("rest", ("-m", "not sweep")), ("all", ())])
+def test_the_rest_sample_leaves_the_whole_sweep_tests_to_the_reference_projects(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, samples: str, expected: tuple
+) -> None:
+    seen: list[Options] = []
+    monkeypatch.setattr(commands, "check_all", lambda *args: seen.append(args[4]) or [])
+    monkeypatch.setattr(commands, "write_report", lambda *args, **kwargs: None)
+    main(["check", *all_fixed(DEFAULTS), "--project-tests", samples, "--workdir", str(tmp_path)])
+    assert seen[0].project_test_args == expected
+    pytest_command: list[list[str]] = []
+    monkeypatch.setattr(check, "run_checked", lambda command, *args: pytest_command.append(command))
+    check._Run(DEFAULTS, tmp_path, seen[0], None).project_tests()
+    assert tuple(pytest_command[0][-len(expected) :] if expected else ()) == expected
 
 
 def test_reproduce_selects_exactly_that_combination() -> None:

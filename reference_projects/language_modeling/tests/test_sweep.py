@@ -27,9 +27,11 @@ SPACE = "lr: {log: [1.0e-3, 1.0e-2]}\ndropout: {float: [0.0, 0.3]}\n"
 
 
 @pytest.fixture
-def trial_fields(short_run_in, tmp_path):
-    """Fixed fields of the trials: a short run's (conftest.py), without its output_dir."""
+def trial_fields(short_run_in, tmp_path, embedded_args):
+    """Fixed fields of the trials: a short run's (conftest.py) of 30 steps, in epochs short
+    enough for them (data_fixtures.py), without its output_dir."""
     fields = short_run_in(tmp_path / "unused", "--max_steps", "30", "--eval_every", "10")
+    fields += embedded_args
     return [field for field in fields if not field.startswith("--output_dir")]
 
 
@@ -59,13 +61,14 @@ def steps_logged(output_dir: Path) -> int:
     return sum(1 for record in logged(output_dir) if "split" not in record)
 
 
+@pytest.mark.sweep
 def test_two_workers_share_a_study_and_every_trial_is_a_run(tmp_path, trial_fields):
-    result = run(sweep_command(tmp_path, 3, 1, "--workers", "2", *trial_fields), tmp_path)
+    result = run(sweep_command(tmp_path, 4, 1, "--workers", "2", *trial_fields), tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     study_dir = tmp_path / "sweep"
     done = [trial for trial in trials(study_dir) if trial.state.is_finished()]
-    # Each worker stops once 3 have finished; one may finish a trial it had started.
-    assert 3 <= len(done) <= 4 and all(t.state.name == "COMPLETE" for t in done)
+    # Each worker stops once 4 have finished; one may finish a trial it had started.
+    assert 4 <= len(done) <= 5 and all(t.state.name == "COMPLETE" for t in done)
     folders = [Path(trial.user_attrs["output_dir"]) for trial in done]
     assert len(set(folders)) == len(folders)  # no trial ran twice, none shares a folder
     for trial, folder in zip(done, folders, strict=True):
@@ -86,41 +89,56 @@ def test_two_workers_share_a_study_and_every_trial_is_a_run(tmp_path, trial_fiel
             image.verify()
 
 
-def test_a_killed_sweep_run_again_resumes_its_trial_and_ends_with_every_trial(
-    tmp_path, trial_fields
-):
+def start(command: list[str], cwd: Path) -> subprocess.Popen:
+    """The sweep in a session of its own, which a test may kill whole, as a reboot would."""
+    env = project_env()
+    return subprocess.Popen(
+        command, cwd=cwd, env=env, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+
+
+def wait_for_steps(output_dir: Path, steps: int, sweep: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 300
+    while not ((output_dir / "metrics.jsonl").exists() and steps_logged(output_dir) >= steps):
+        assert sweep.poll() is None, f"the sweep ended before {output_dir} logged {steps} steps"
+        assert time.monotonic() < deadline, f"{output_dir} never logged {steps} steps"
+        time.sleep(0.005)
+
+
+@pytest.mark.sweep
+def test_a_stopped_or_killed_sweep_run_again_loses_nothing(tmp_path, trial_fields):
     fields = [*trial_fields, "--log_every", "1", "--checkpoint_every", "5"]
     command = sweep_command(tmp_path, 2, 2, *fields)
-    # The sweep in a session of its own, killed whole as a reboot would: the trial too.
-    sweep = subprocess.Popen(
-        command, cwd=tmp_path, env=project_env(), stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    second = tmp_path / "sweep" / "trial-0001"
-    deadline = time.monotonic() + 300
-    while not ((second / "metrics.jsonl").exists() and steps_logged(second) >= 12):
-        assert sweep.poll() is None and time.monotonic() < deadline, "trial 1 never got going"
-        time.sleep(0.005)
+    study_dir = tmp_path / "sweep"
+    # SIGTERM, as a scheduler preempting the sweep's job: the trial checkpoints, exit 75.
+    sweep = start(command, tmp_path)
+    wait_for_steps(study_dir / "trial-0000", 5, sweep)
+    sweep.send_signal(signal.SIGTERM)
+    assert sweep.wait(timeout=300) == 75
+    assert "stopped by signal 15" in (study_dir / "trial-0000" / "sweep.log").read_text()
+    # Run again: trial 0 continues at once (as trial 1); SIGKILL the whole session in the
+    # next one (trial 2), as a reboot would: nothing checkpoints, the trial's run dies too.
+    sweep = start(command, tmp_path)
+    wait_for_steps(study_dir / "trial-0002", 12, sweep)
     os.killpg(sweep.pid, signal.SIGKILL)
     sweep.wait()
-    assert "done:" not in (second / "sweep.log").read_text()
+    assert "done:" not in (study_dir / "trial-0002" / "sweep.log").read_text()
 
-    result = run(command, tmp_path)  # the same command again
+    result = run(command, tmp_path)  # and again: trial 2 continues once its heartbeat is stale
     assert result.returncode == 0, result.stderr[-3000:]
-    by_state = {}
-    for trial in trials(tmp_path / "sweep"):
-        by_state.setdefault(trial.state.name, []).append(trial)
-    assert len(by_state["COMPLETE"]) == 2 and len(by_state["FAIL"]) == 1  # the killed attempt
-    resumed = [t for t in by_state["COMPLETE"] if t.user_attrs["output_dir"].endswith("-0001")]
-    assert len(resumed) == 1 and "resuming from" in (second / "sweep.log").read_text()
-    # The resumed trial ends as one never interrupted: the same fields, trained in one go.
-    params = [f"--{name}={value}" for name, value in resumed[0].params.items()]
+    states = {trial.number: trial.state.name for trial in trials(study_dir)}
+    assert states == {0: "FAIL", 1: "COMPLETE", 2: "FAIL", 3: "COMPLETE"}  # attempts, retries
+    for folder in ("trial-0000", "trial-0002"):
+        assert "resuming from" in (study_dir / folder / "sweep.log").read_text()
+        assert steps_logged(study_dir / folder) == 30  # each step once
+    # The killed trial ends as one never interrupted: the same fields, trained in one go.
+    params = trials(study_dir)[3].params
     whole = tmp_path / "whole"
-    launcher = [sys.executable]
-    train_command = [*launcher, "-m", f"{PACKAGE}.train", "--output_dir", str(whole)]
-    uninterrupted = run([*train_command, *fields, *params], tmp_path)
-    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
-    assert logged(second) == logged(whole)  # every step once, with the same values
-    assert_same_end(second, whole, 30)
+    arguments = ["--output_dir", str(whole), *fields]
+    arguments += [f"--{name}={value}" for name, value in params.items()]
+    train(arguments)
+    assert logged(study_dir / "trial-0002") == logged(whole)  # every step, the same values
+    assert_same_end(study_dir / "trial-0002", whole, 30)
 
 
 def test_pruning_ends_a_trial_at_the_evaluation_its_pruner_rejects(tmp_path, short_run):

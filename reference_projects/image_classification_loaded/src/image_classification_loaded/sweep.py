@@ -19,13 +19,8 @@ in study_dir say how it went (also at any time with --report).
 """
 
 import argparse
-import contextlib
-import ctypes
 import json
 import logging
-import os
-import signal
-import subprocess
 import sys
 import time
 import warnings
@@ -44,6 +39,7 @@ from .utils.monitor import Preemption, configure_logging
 from .utils.pruning import PRUNER, study_pruner
 from .utils.search_space import Dimension, as_arguments, read_space
 from .utils.sweep_report import write_report
+from .utils.trial_processes import TrialProcesses
 
 log = logging.getLogger(__name__)
 # The retry of an interrupted trial is experimental in Optuna; this command relies on it.
@@ -78,7 +74,7 @@ def main(argv: list[str] | None = None) -> optuna.Study:
     except ConfigError as error:
         raise SystemExit(f"error: {error}") from None
     if not args.report:
-        processes = _Processes()
+        processes = TrialProcesses()
         try:
             if not args.worker:  # a worker's sweep has waited already
                 _wait_for_interrupted(study, args.heartbeat_s)
@@ -204,49 +200,6 @@ def run_workers(args: Any, fixed: list[str], processes: Any) -> None:
         raise SweepStopped(None, processes.requested)
     if any(codes):
         raise SystemExit(f"error: the sweep's workers exited with {codes}")
-
-
-class _Processes:
-    """Runs the trials' trainings (and the workers); on SIGTERM, passes it on (a run
-    checkpoints and exits 75) and remembers it, so the sweep stops after them. On Linux
-    each also gets SIGTERM when the sweep dies: a killed sweep's trial checkpoints instead
-    of training on alone."""
-
-    def __init__(self) -> None:
-        self.requested: int | None = None
-        self.running: list[Any] = []  # what a signal goes to: processes with a pid
-        self.previous = signal.signal(signal.SIGTERM, self._forward)
-
-    def run_trial(self, argv: list[str], log_path: Path, args: Any) -> int:
-        """Train with `argv` through --launcher, its output appended to `log_path`."""
-        words = args.launcher.split()
-        launcher = [sys.executable, *words[1:]] if words[0] == "python" else words
-        with log_path.open("a") as output:
-            return self.run([[*launcher, "-m", f"{PACKAGE}.train", *argv]], output)[0]
-
-    def run(self, commands: list[list[str]], output: Any = None) -> list[int]:
-        stderr = None if output is None else subprocess.STDOUT
-        self.running = [
-            subprocess.Popen(
-                command, stdout=output, stderr=stderr, preexec_fn=_terminate_with_parent
-            )
-            for command in commands
-        ]
-        return [process.wait() for process in self.running]
-
-    def _forward(self, signum: int, frame: object) -> None:
-        self.requested = signum
-        for process in self.running:
-            with contextlib.suppress(ProcessLookupError):  # one that has ended
-                os.kill(process.pid, signum)
-
-    def restore(self) -> None:
-        signal.signal(signal.SIGTERM, self.previous)
-
-
-def _terminate_with_parent() -> None:
-    if sys.platform == "linux":
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _wait_for_interrupted(study: optuna.Study, heartbeat_s: int) -> None:

@@ -19,16 +19,9 @@ in study_dir say how it went (also at any time with --report).
 """
 
 import argparse
-import contextlib
-import ctypes
 import json
 import logging
-import multiprocessing
-import os
-import signal
-import subprocess
 import sys
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -40,13 +33,13 @@ from optuna.study import MaxTrialsCallback
 from optuna.trial import TrialState
 
 from . import task
-from . import train as training
 from .config import ConfigError, load_config
 from .utils.cli import Parser, at_least
 from .utils.monitor import Preemption, configure_logging
 from .utils.pruning import PRUNER, study_pruner
 from .utils.search_space import Dimension, as_arguments, read_space
 from .utils.sweep_report import write_report
+from .utils.trial_processes import TrialProcesses
 
 log = logging.getLogger(__name__)
 # The retry of an interrupted trial is experimental in Optuna; this command relies on it.
@@ -79,7 +72,7 @@ def main(argv: list[str] | None = None) -> optuna.Study:
     except ConfigError as error:
         raise SystemExit(f"error: {error}") from None
     if not args.report:
-        processes = _Processes()
+        processes = TrialProcesses()
         try:
             if not args.worker:  # a worker's sweep has waited already
                 _wait_for_interrupted(study, args.heartbeat_s)
@@ -204,79 +197,6 @@ def run_workers(args: Any, fixed: list[str], processes: Any) -> None:
         raise SweepStopped(None, processes.requested)
     if any(codes):
         raise SystemExit(f"error: the sweep's workers exited with {codes}")
-
-
-class _Processes:
-    """Runs the trials' trainings (and the workers); on SIGTERM, passes it on (a run
-    checkpoints and exits 75) and remembers it, so the sweep stops after them. On Linux
-    each also gets SIGTERM when the sweep dies: a killed sweep's trial checkpoints instead
-    of training on alone."""
-
-    def __init__(self) -> None:
-        self.requested: int | None = None
-        self.running: list[Any] = []  # what a signal goes to: processes with a pid
-        self.previous = signal.signal(signal.SIGTERM, self._forward)
-        # Trials fork from a server that imported training once: a new process each, in a
-        # fraction of a second instead of the seconds torch takes to import.
-        self.trials = multiprocessing.get_context("forkserver")
-        self.trials.set_forkserver_preload([f"{PACKAGE}.train"])
-
-    def run_trial(self, argv: list[str], log_path: Path, args: Any) -> int:
-        """Train with `argv` in a process of its own, its output appended to `log_path`."""
-        trial = self.trials.Process(target=_train, args=(argv, str(log_path), os.getpid()))
-        trial.start()
-        self.running = [trial]
-        trial.join()
-        return trial.exitcode
-
-    def run(self, commands: list[list[str]], output: Any = None) -> list[int]:
-        stderr = None if output is None else subprocess.STDOUT
-        self.running = [
-            subprocess.Popen(
-                command, stdout=output, stderr=stderr, preexec_fn=_terminate_with_parent
-            )
-            for command in commands
-        ]
-        return [process.wait() for process in self.running]
-
-    def _forward(self, signum: int, frame: object) -> None:
-        self.requested = signum
-        for process in self.running:
-            with contextlib.suppress(ProcessLookupError):  # one that has ended
-                os.kill(process.pid, signum)
-
-    def restore(self) -> None:
-        signal.signal(signal.SIGTERM, self.previous)
-
-
-def _train(argv: list[str], log_path: str, sweep: int) -> None:
-    """A trial's training, in its forked process, as `python -m PACKAGE.train ARGV` runs."""
-    # Its parent is the fork server, which outlives a killed sweep: watch the sweep.
-    threading.Thread(target=_stop_when_gone, args=(sweep,), daemon=True).start()
-    # Loader workers fork from this process, as from `python -m`: forked by the server,
-    # they would not see a killed run end.
-    multiprocessing.set_start_method("fork", force=True)
-    output = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    os.dup2(output, 1)
-    os.dup2(output, 2)
-    sys.argv = [training.__file__, *argv]  # what run.json records as the command
-    training.main(argv)
-
-
-def _stop_when_gone(sweep: int) -> None:
-    """SIGTERM to this process (a checkpoint, then exit 75) once the sweep has ended."""
-    while True:
-        time.sleep(0.2)
-        try:
-            os.kill(sweep, 0)
-        except ProcessLookupError:
-            os.kill(os.getpid(), signal.SIGTERM)
-            return
-
-
-def _terminate_with_parent() -> None:
-    if sys.platform == "linux":
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _wait_for_interrupted(study: optuna.Study, heartbeat_s: int) -> None:
