@@ -40,12 +40,14 @@ def test_multi_ships_launch_configs_and_a_requeueing_slurm_script(multi: Path) -
     for name in ("one-machine", "several-machines"):
         config = yaml.safe_load((multi / "configs" / "accelerate" / f"{name}.yaml").read_text())
         assert config["distributed_type"] == "MULTI_GPU" and config["mixed_precision"] == "no"
-    script = multi / "slurm" / "train.sbatch"
-    assert os.access(script, os.X_OK)
-    subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
-    text = script.read_text()
-    for needed in ("#SBATCH --requeue", "#SBATCH --signal=USR1@", "scontrol requeue", "-eq 75"):
-        assert needed in text, needed
+    for name, warning in (("train", "USR1"), ("sweep", "B:TERM")):
+        script = multi / "slurm" / f"{name}.sbatch"
+        assert os.access(script, os.X_OK)
+        subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
+        text = script.read_text()
+        for needed in ("#SBATCH --requeue", f"#SBATCH --signal={warning}@", "scontrol requeue"):
+            assert needed in text, f"{name}.sbatch: {needed}"
+        assert "-eq 75" in text, name
     readme = (multi / "README.md").read_text()
     for needed in ("## Several GPUs and machines", "Global batch", "Learning rate", "--cpu true"):
         assert needed in readme, needed
