@@ -64,13 +64,25 @@ def test_split_is_stratified_and_fixed(cfg):
 def test_vocabulary_comes_from_the_training_split_only(tmp_path, make_text_file):
     make_text_file(tmp_path / "train.csv", TEXTS, LABELS)
     make_text_file(tmp_path / "val.csv", ["Zebras were good."], ["pos"])
-    data = build_datasets(load_config(["--data_dir", str(tmp_path)]))
+    fields = ["--data_dir", str(tmp_path), "--min_word_count", "1"]
+    data = build_datasets(load_config(fields))
     assert len(data.train) == len(TEXTS) and data.val.texts == ["Zebras were good."]
     preprocess = data.preprocess
     assert preprocess.vocabulary[:2] == ("<pad>", "<unk>")
     assert "zebras" not in preprocess.vocabulary
     assert data.val[0][0].tolist()[0] == preprocess.vocabulary.index("<unk>")
     assert preprocess("Not GOOD!") == [preprocess.ids[w] for w in ("not", "good", "!")]
+
+
+def test_words_seen_fewer_than_min_word_count_times_become_unknown(tmp_path, make_text_file):
+    texts = ["good, good film", "bad film", "a good one", "bad, so bad", "dull"]
+    make_text_file(tmp_path / "train.csv", texts, ["pos", "neg", "pos", "neg", "neg"])
+    for count, expected in ((2, {"good", "bad", "film", ","}), (3, {"good", "bad"})):
+        fields = ["--data_dir", str(tmp_path), "--val_fraction", "0.4"]
+        data = build_datasets(load_config([*fields, "--min_word_count", str(count)]))
+        counts = Counter(w for text in data.train.texts for w in Preprocess(64).tokenize(text))
+        assert set(data.preprocess.vocabulary[2:]) == {w for w in counts if counts[w] >= count}
+        assert set(data.preprocess.vocabulary[2:]) <= expected
 
 
 def test_preprocess_round_trips_through_json(tmp_path, cfg):

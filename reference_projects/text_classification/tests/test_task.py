@@ -9,6 +9,7 @@ from sklearn.metrics import f1_score
 from text_classification import task
 from text_classification.data import (
     PAD_ID,
+    UNKNOWN_ID,
     Preprocess,
     build_datasets,
 )
@@ -49,8 +50,25 @@ def test_padding_does_not_change_the_logits(cfg):
     torch.testing.assert_close(in_batch[:1], alone, atol=1e-5, rtol=1e-4)
 
 
+def test_word_dropout_reads_training_words_as_unknown_and_leaves_evaluation_alone(cfg):
+    model = build_model(cfg, build_datasets(cfg).preprocess)
+    read = []
+    model.embedding.register_forward_hook(lambda _, inputs, __: read.append(inputs[0]))
+    tokens = torch.randint(2, 50, (64, 32))
+    tokens[:, 24:] = PAD_ID
+    torch.manual_seed(0)
+    model.train()(tokens)
+    unknown = read[-1] == UNKNOWN_ID
+    assert not unknown[:, 24:].any()  # padding stays padding
+    assert abs(unknown[:, :24].float().mean().item() - cfg.word_dropout) < 0.02
+    assert torch.equal(read[-1][~unknown], tokens[~unknown])
+    model.eval()(tokens)
+    assert torch.equal(read[-1], tokens)
+
+
 def test_one_batch_can_be_overfit(short_run, tmp_path):
     fields = ["--overfit_batches", "1", "--batch_size", "32", "--dropout", "0"]
+    fields += ["--word_dropout", "0"]
     fields += ["--epochs", "100", "--max_steps", "100", "--warmup_steps", "10"]
     # Evaluated and saved once, at the end: not after each epoch of one step.
     fields += ["--eval_every", "100", "--checkpoint_every", "100", "--log_every", "10"]

@@ -45,16 +45,20 @@ class TrainConfig:
     val_fraction: float = 0.2  # share of the data held out for validation, in (0, 1)
     max_length: int = 64  # tokens kept per text; longer texts are truncated (with a warning)
     max_vocab: int = 20000  # most frequent training words kept; the rest become <unk>
+    # Words seen fewer times in the training texts become <unk>: a word seen once is learned
+    # by heart, and a few hundred texts hold thousands of them
+    min_word_count: int = 2
     num_workers: int | str = 0  # texts are tokenized up front; workers would only pad batches
     # --- model
     width: int = 64  # embedding and attention width; a multiple of heads
     heads: int = 4  # attention heads per layer
     layers: int = 2  # encoder blocks (attention + MLP)
     dropout: float = 0.1  # in attention, after each block's sublayers and before the head
+    word_dropout: float = 0.1  # share of training words read as <unk>: no one word decides
     # --- optimisation
-    epochs: int = 12  # passes over the training data
+    epochs: int = 20  # passes over the training data
     max_steps: int = 0  # stop after this many optimizer steps; 0: run all epochs
-    batch_size: int = 128  # texts per micro-batch on each device
+    batch_size: int = 32  # texts per micro-batch on each device
     grad_accum_steps: int = 1  # micro-batches per optimizer step
     lr: float = 4e-3  # peak learning rate, reached after warmup
     weight_decay: float = 0.05  # AdamW decay, on weights only (not biases or norms)
@@ -131,6 +135,8 @@ _RULES: dict[str, _Rule] = {
     ),
     "max_length": _at_least(1, "tokens"),
     "max_vocab": _at_least(1, "words"),
+    "min_word_count": _at_least(1, "occurrences"),
+    "word_dropout": (lambda v: 0 <= v < 1, "a number in [0, 1)"),
     "heads": _at_least(1),
     "layers": _at_least(1),
     "epochs": _at_least(1),

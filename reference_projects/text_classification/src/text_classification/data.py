@@ -40,6 +40,7 @@ log = logging.getLogger(__package__)
 
 PAD, UNKNOWN = "<pad>", "<unk>"  # ids 0 and 1: padding, and words the vocabulary lacks
 PAD_ID = 0  # the model finds the real tokens as `tokens != PAD_ID`
+UNKNOWN_ID = 1
 # Lowercased words (letters, digits, apostrophes) and single punctuation marks.
 TOKEN_PATTERN = r"[\w']+|[^\w\s]"
 
@@ -184,8 +185,9 @@ def _tokenized(cfg, train_rows, val_rows, class_names, source) -> Datasets:
     """Build the vocabulary from the training texts, then turn every text into ids."""
     plain = Preprocess(cfg.max_length, class_names=class_names)
     counts = Counter(word for _, text, _ in train_rows for word in plain.tokenize(text))
+    kept = [word for word, count in counts.items() if count >= cfg.min_word_count]
     # Most frequent first, ties alphabetical: the same data always gives the same ids.
-    words = sorted(counts, key=lambda word: (-counts[word], word))[: cfg.max_vocab]
+    words = sorted(kept, key=lambda word: (-counts[word], word))[: cfg.max_vocab]
     preprocess = Preprocess(cfg.max_length, (PAD, UNKNOWN, *words), class_names)
     index = {name: i for i, name in enumerate(class_names)}
     splits, truncated = [], 0

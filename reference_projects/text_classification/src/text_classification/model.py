@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from .config import TrainConfig
-from .data import PAD_ID, Preprocess
+from .data import PAD_ID, UNKNOWN_ID, Preprocess
 
 
 class SelfAttention(nn.Module):
@@ -59,15 +59,24 @@ class TextEncoder(nn.Module):
     """(B, T) token ids, 0 for padding -> (B, num_classes) logits.
 
     embedding + sinusoidal positions -> blocks -> LayerNorm -> mean over the real tokens
-    (padding excluded) -> dropout -> linear.
+    (padding excluded) -> dropout -> linear. In training, a share `word_dropout` of the real
+    tokens is read as <unk>, so that no single word can decide a text.
     """
 
     def __init__(
-        self, vocab_size: int, num_classes: int, width: int, heads: int, layers: int, dropout: float
+        self,
+        vocab_size: int,
+        num_classes: int,
+        width: int,
+        heads: int,
+        layers: int,
+        dropout: float,
+        word_dropout: float,
     ):
         super().__init__()
-        self.width = width
-        self.pad_id = PAD_ID  # an attribute, not the global: a scripted module reads only these
+        self.width, self.word_dropout = width, word_dropout
+        # Attributes, not the globals: a scripted module reads only these.
+        self.pad_id, self.unknown_id = PAD_ID, UNKNOWN_ID
         self.embedding = nn.Embedding(vocab_size, width, padding_idx=PAD_ID)
         half = (width + 1) // 2
         frequencies = torch.exp(torch.arange(half) * (-math.log(10000.0) / half))
@@ -81,6 +90,9 @@ class TextEncoder(nn.Module):
 
     def forward(self, tokens: Tensor) -> Tensor:
         real = tokens != self.pad_id  # (B, T): the mask comes from the ids, so one tensor goes in
+        if self.training and self.word_dropout > 0:
+            unknown = (torch.rand(tokens.shape, device=tokens.device) < self.word_dropout) & real
+            tokens = tokens.masked_fill(unknown, self.unknown_id)
         positions = torch.arange(tokens.shape[1], device=tokens.device, dtype=torch.float32)
         angles = positions[:, None] * self.frequencies[None, :]  # (T, W / 2)
         encoding = torch.cat([angles.sin(), angles.cos()], dim=1)[:, : self.width]
@@ -103,4 +115,5 @@ def build_model(cfg: TrainConfig, preprocess: Preprocess) -> nn.Module:
         cfg.heads,
         cfg.layers,
         cfg.dropout,
+        cfg.word_dropout,
     )
