@@ -57,7 +57,7 @@ RUN_FIELDS = {
     # A rate every task trains stably at: past it, a loss spike turns rounding differences
     # into different runs, and the comparison would measure chaos, not equivalence.
     "lr": 1e-3,
-    "dropout": 0,
+    "dropout": 0,  # each process draws its own masks: a random one would differ
     "cpu": True,
     "dist_timeout_s": COLLECTIVE_TIMEOUT_S,
     "compile": False,
