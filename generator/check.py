@@ -138,6 +138,7 @@ def check_combination(
     if averages_weights(result.slug):
         run.fields = AVERAGED
         result.notes.append(f"trained with {' '.join(AVERAGED)}")
+    run.sweep_tests = result.slug not in options.without_sweep_tests
     for name, stage in stages:
         start, failure = time.perf_counter(), None
         try:
@@ -167,6 +168,7 @@ class _Run:
         self.fields: tuple[str, ...] = ()  # what the train and resume stages add
         self.first_steps = 0  # steps the fast dev run trained
         self.first_metrics = ""  # its metrics.jsonl, which the resume must keep
+        self.sweep_tests = True  # whether its own suite runs the whole-sweep tests
 
     def render(self) -> None:
         with _RENDER_LOCK:
@@ -232,7 +234,8 @@ class _Run:
         # it out of the log tail (the folder is kept, to rerun the failing test in full).
         quiet = ["--tb=short", "--show-capture=no", "--disable-warnings"]
         pytest = ["pytest", "-q", "-x", "-p", "no:cacheprovider", *quiet]
-        pytest += self.options.project_test_args
+        if not self.sweep_tests:
+            pytest += ["-m", "not sweep"]
         run_checked([sys.executable, "-m", *pytest], self.project, self._env())
 
     def _run_module(

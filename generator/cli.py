@@ -75,8 +75,8 @@ def get_parser() -> argparse.ArgumentParser:
         "none; the sample is a greedy cover of the selection that uses each of its choices, and "
         "each task with each mixed_precision and each distributed choice, once or more, taken "
         "before --shard; rest covers only what the reference projects leave unused, for runs "
-        "whose reference projects' tests run too (make test), and skips their whole-sweep "
-        "tests (marker sweep), which the reference projects run",
+        "whose reference projects' tests run too (make test); of those, only the fewest "
+        "that give every choice to the whole-sweep tests (marker sweep) run them",
     )
     check.add_argument(
         "--report", type=Path, metavar="DIR", help="write DIR/report.json and DIR/report.md"

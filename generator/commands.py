@@ -18,13 +18,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from generator import reference_runs, references
-from generator.answers import AnswerError, Answers, load_space
+from generator.answers import AnswerError, Answers, AnswerSpace, load_space
 from generator.check import Result
 from generator.launch import Options, processes, visible_gpus
 from generator.parallel import check_all
 from generator.render import render
 from generator.report import merge, template_commit, write_report
-from generator.selection import Shard, check_selection, select
+from generator.selection import Shard, check_selection, select, sweep_sample
 from generator.server import ServerDied
 
 
@@ -66,9 +66,7 @@ def check_combinations(args: argparse.Namespace, argv: Sequence[str]) -> int:
             args.steps,
             args.jobs,
             not args.no_server,
-            # The reference projects' suites run the sweep's whole-sweep tests (every task,
-            # single and multi); the rest, which vary precision, tracker and export, skip them.
-            ("-m", "not sweep") if args.project_tests == "rest" else (),
+            _without_sweep_tests(space, sample) if args.project_tests == "rest" else frozenset(),
         )
         print(
             f"checking {len(combinations)} combinations on {args.device}, "
@@ -197,3 +195,9 @@ def _require_gpus(combinations: Sequence[Answers]) -> None:
             f"--device cuda: the selection needs {needed} GPU(s) and torch sees {gpus}; "
             "use --device cpu, or leave out the combinations that launch more with --set"
         )
+
+
+def _without_sweep_tests(space: AnswerSpace, sample: list[Answers]) -> frozenset[str]:
+    """The slugs of the rest sample's combinations outside its sweep sample."""
+    sweeping = {space.slug(answers) for answers in sweep_sample(space, sample)}
+    return frozenset(space.slug(answers) for answers in sample) - sweeping

@@ -35,8 +35,9 @@ class Options:
     steps: int = 2  # optimizer steps the resume stage adds to the fast dev run's
     jobs: int = 1  # combinations checked at once
     server: bool = True  # fork the stages' processes from a process server (generator.server)
-    # pytest's arguments for the projects' own suites, e.g. a marker expression (-m ...)
-    project_test_args: tuple[str, ...] = ()
+    # The slugs of the combinations whose own suites leave out the whole-sweep tests (the
+    # pytest marker `sweep`): see selection.sweep_sample.
+    without_sweep_tests: frozenset[str] = frozenset()
 
 
 def processes(answers: Mapping[str, Answer]) -> int:

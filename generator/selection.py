@@ -131,6 +131,15 @@ def rest_sample(space: AnswerSpace, candidates: Sequence[Answers]) -> list[Answe
     return covering(space, candidates, reference_combinations(), TESTED_PAIRS)
 
 
+def sweep_sample(space: AnswerSpace, sample: Sequence[Answers]) -> list[Answers]:
+    """Of the rest sample, the combinations whose suites also run the whole-sweep tests (the
+    pytest marker `sweep`: minutes of trials each): the cheapest that use every choice the
+    reference projects' suites leave those tests. A sweep runs the same for every task; what
+    it meets is the launcher, the tracker, the precision and the export of its trials."""
+    names = [axis.name for axis in space.axes]
+    return covering(space, [{n: c[n] for n in names} for c in sample], reference_combinations())
+
+
 def matching(combinations: Sequence[Answers], fixed: Mapping[str, Answer]) -> list[Answers]:
     """The combinations that agree with every fixed answer to a question with choices."""
     return [c for c in combinations if all(c[k] == v for k, v in fixed.items() if k in c)]

@@ -18,6 +18,7 @@ from generator.check import Result, Stage, check_combination
 from generator.cli import main
 from generator.launch import Options
 from generator.parallel import check_all
+from generator.references import reference_combinations
 from generator.report import as_markdown, reproduce, template_commit, write_report
 from generator.run_folder import run_folder_problems
 from generator.selection import select
@@ -105,19 +106,33 @@ def test_check_all_keeps_order_starts_the_sample_first_and_keeps_failures(
     ]
 
 
-@pytest.mark.parametrize(("samples", "expected"), [("rest", ("-m", "not sweep")), ("all", ())])
-def test_the_rest_sample_leaves_the_whole_sweep_tests_to_the_reference_projects(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, samples: str, expected: tuple
+def test_the_rest_sample_runs_the_whole_sweep_tests_where_they_meet_unused_choices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seen: list[Options] = []
-    monkeypatch.setattr(commands, "check_all", lambda *args: seen.append(args[4]) or [])
+    seen: list[tuple] = []
+    monkeypatch.setattr(commands, "check_all", lambda *args: seen.append(args) or [])
     monkeypatch.setattr(commands, "write_report", lambda *args, **kwargs: None)
-    main(["check", *all_fixed(DEFAULTS), "--project-tests", samples, "--workdir", str(tmp_path)])
-    assert seen[0].project_test_args == expected
-    pytest_command: list[list[str]] = []
-    monkeypatch.setattr(check, "run_checked", lambda command, *args: pytest_command.append(command))
-    check._Run(DEFAULTS, tmp_path, seen[0], None).project_tests()
-    assert tuple(pytest_command[0][-len(expected) :] if expected else ()) == expected
+    for samples in ("rest", "all"):
+        main(["check", "--pairwise", "--project-tests", samples, "--workdir", str(tmp_path)])
+    (_, _, rest, _, rest_options, _), (_, _, every, _, every_options, _) = seen
+    assert every_options.without_sweep_tests == frozenset()  # --project-tests all: everything
+    sweeping = [c for c in rest if SPACE.slug(c) not in rest_options.without_sweep_tests]
+    assert 0 < len(sweeping) < len(rest) < len(every)
+    # With the reference projects' suites, the whole-sweep tests meet every choice but the
+    # task's (every task's reference project runs them).
+    used = {(q, c[q]) for c in [*sweeping, *reference_combinations()] for q in c}
+    for axis in SPACE.axes:
+        assert {(axis.name, choice) for choice in axis.choices} <= used, axis.name
+    # Each suite is run as its combination says: the other stages do nothing here.
+    for stage in ("render", "lint", "train", "resume", "export"):
+        monkeypatch.setattr(check._Run, stage, lambda self: None)
+    commands_run: list[list[str]] = []
+    monkeypatch.setattr(check, "run_checked", lambda command, *args: commands_run.append(command))
+    without = [c for c in rest if SPACE.slug(c) in rest_options.without_sweep_tests]
+    for answers in (sweeping[0], without[0]):
+        check_combination(SPACE, answers, tmp_path, rest_options, project_tests=True)
+    assert "sweep" not in " ".join(commands_run[0])
+    assert commands_run[1][-2:] == ["-m", "not sweep"]
 
 
 def test_reproduce_selects_exactly_that_combination() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 from calls import refusal
 from PIL import Image
 from run_logs import assert_same_end, logged
@@ -35,9 +36,11 @@ def trial_fields(short_run_in, tmp_path, embedded_args):
     return [field for field in fields if not field.startswith("--output_dir")]
 
 
-def sweep_command(tmp_path: Path, trials: int, processes: int, *extra: str) -> list[str]:
+def sweep_command(
+    tmp_path: Path, trials: int, processes: int, *extra: str, space_text: str = SPACE
+) -> list[str]:
     space = tmp_path / "space.yaml"
-    space.write_text(SPACE)
+    space.write_text(space_text)
     options = ["--space", str(space), "--trials", str(trials), "--heartbeat_s", "1"]
     options += ["--study_dir", str(tmp_path / "sweep")]
     return [sys.executable, "-m", f"{PACKAGE}.sweep", *options, *extra]
@@ -141,11 +144,32 @@ def test_a_stopped_or_killed_sweep_run_again_loses_nothing(tmp_path, trial_field
     assert_same_end(study_dir / "trial-0002", whole, 30)
 
 
+@pytest.mark.sweep
+def test_the_trials_of_a_region_that_cannot_learn_stop_early(tmp_path, trial_fields):
+    """Half the space is a learning rate too small to learn with: once a trial of the other
+    half has finished, the median pruner stops each of that half's trials before its end."""
+    good = load_config(trial_fields).lr
+    space = yaml.safe_dump({"lr": {"choices": [good, 1.0e-9]}})
+    options = ["--startup_trials", "1", *trial_fields]
+    result = run(sweep_command(tmp_path, 3, 1, *options, space_text=space), tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    done = trials(tmp_path / "sweep")
+    learning = [trial.number for trial in done if trial.params["lr"] == good]
+    judged = [t for t in done if t.params["lr"] != good and learning and t.number > learning[0]]
+    assert judged, "the sampler drew no trial of the bad half after a good one: change --seed"
+    for trial in done:
+        if trial.params["lr"] == good:
+            assert trial.state.name == "COMPLETE" and trial.user_attrs["steps"] == 30
+        elif trial in judged:
+            assert trial.state.name == "PRUNED" and trial.user_attrs["steps"] < 30
+    assert "| pruned |" in (tmp_path / "sweep" / "sweep.md").read_text()
+
+
 def test_pruning_ends_a_trial_at_the_evaluation_its_pruner_rejects(tmp_path, short_run):
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     direction = "maximize" if task.HIGHER_IS_BETTER else "minimize"
     study = optuna.create_study(study_name=STUDY, storage=storage, direction=direction)
-    study.set_user_attr(PRUNER, "median")  # as sweep.py records its --pruner
+    study.set_user_attr(PRUNER, {"name": "median", "startup_trials": 5})  # as sweep.py does
     perfect = 1.0 if task.HIGHER_IS_BETTER else 0.0  # no run reaches it
     dropout = optuna.distributions.FloatDistribution(0.0, 0.5)
     for _ in range(5):  # the median pruner's startup trials

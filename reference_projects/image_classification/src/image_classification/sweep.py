@@ -2,13 +2,14 @@
 
     python -m image_classification.sweep [--space configs/sweep.yaml]
         [--trials 20] [--study_dir outputs/sweep] [--storage URL] [--workers 1]
-        [--pruner median] [--seed 0] [--report] [--field value ...]
+        [--pruner median] [--startup_trials 5] [--seed 0] [--report] [--field value ...]
 
 Each trial trains, with the fields the space suggests and the fixed `--field value`
 arguments, into study_dir/trial-NNNN as the train command would, so any trial can be
-inspected, resumed, exported or predicted with. The study (TPE sampler seeded
-with --seed, a median pruner at evaluations) lives in --storage: by default SQLite in
-study_dir, for one machine; several machines share a PostgreSQL or MySQL URL.
+inspected, resumed, exported or predicted with. The study (TPE sampler seeded with --seed,
+a median pruner at evaluations once --startup_trials have finished) lives in --storage: by
+default SQLite in study_dir, for one machine; several machines share a PostgreSQL or MySQL
+URL.
 
 Run the same command again after any interruption: finished trials are kept; a trial
 stopped with its sweep (SIGTERM: it checkpoints, the sweep exits 75) or killed with it
@@ -107,11 +108,12 @@ def open_study(args: Any, space: list[Dimension]) -> optuna.Study:
             inherit_intermediate_values=True
         ),
     )
+    pruner = {"name": args.pruner, "startup_trials": args.startup_trials}
     study = optuna.create_study(
         study_name=STUDY,
         storage=storage,
         direction="maximize" if task.HIGHER_IS_BETTER else "minimize",
-        pruner=study_pruner(args.pruner),
+        pruner=study_pruner(pruner),
         load_if_exists=True,
     )
     # Seeded, and offset by the trials so far: a sweep run again draws new parameters
@@ -127,7 +129,7 @@ def open_study(args: Any, space: list[Dimension]) -> optuna.Study:
             "with that space file, or start a new study with another --study_dir"
         )
     study.set_user_attr("url", url)
-    study.set_user_attr(PRUNER, args.pruner)  # for the runs, which report to it
+    study.set_user_attr(PRUNER, pruner)  # for the runs, which report to it
     return study
 
 
@@ -189,6 +191,7 @@ def run_workers(args: Any, fixed: list[str], processes: Any) -> None:
     """--workers K: K sweeps of this study, each a process with its own sampler seed."""
     options = ["--space", str(args.space), "--trials", str(args.trials)]
     options += ["--study_dir", str(args.study_dir), "--pruner", args.pruner]
+    options += ["--startup_trials", str(args.startup_trials)]
     options += ["--heartbeat_s", str(args.heartbeat_s), "--worker"]
     options += ["--storage", args.storage] if args.storage else []
     sweep = [sys.executable, "-m", f"{PACKAGE}.sweep", *options, *fixed]
@@ -224,6 +227,7 @@ def _parser() -> Parser:
     parser.add_argument("--storage", metavar="URL", help="default: sqlite:///STUDY_DIR/study.db")
     parser.add_argument("--workers", type=at_least(1, int), default=1, metavar="K")
     parser.add_argument("--pruner", choices=("median", "none"), default="median")
+    parser.add_argument("--startup_trials", type=at_least(0, int), default=5, metavar="N")
     parser.add_argument("--seed", type=at_least(0, int), default=0, metavar="S")
     parser.add_argument("--heartbeat_s", type=at_least(1, int), default=10, metavar="S")
     parser.add_argument("--report", action="store_true", help="write the report and exit")

@@ -41,10 +41,14 @@ class TrialPruning:
         return self.trial.should_prune()
 
 
-def study_pruner(name: str) -> Any:
-    """The pruner a sweep's --pruner names; its study records the name (PRUNER), as Optuna
-    keeps no pruner in its storage, so that its runs judge their trials the same way."""
-    return optuna.pruners.MedianPruner() if name == "median" else optuna.pruners.NopPruner()
+def study_pruner(spec: dict[str, Any]) -> Any:
+    """The pruner of a sweep's --pruner and --startup_trials; its study records them
+    (PRUNER), as Optuna keeps no pruner in its storage, so that its runs judge their trials
+    the same way. The median pruner stops a trial whose evaluation is worse than the median
+    of the finished trials' at the same step, once `startup_trials` have finished."""
+    if spec["name"] == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=spec["startup_trials"])
+    return optuna.pruners.NopPruner()
 
 
 def trial_pruning(sweep_trial: str | None, accelerator: Accelerator) -> NoPruning | TrialPruning:
