@@ -1,11 +1,14 @@
-"""Data for the tests: arguments for short epochs of the embedded reviews, and small
-datasets in the user's format. conftest.py loads these fixtures (pytest_plugins)."""
+"""Data for the tests: arguments for short epochs of the embedded reviews, small datasets
+in the user's format, and a small pretrained model's folder. conftest.py loads these fixtures
+(pytest_plugins)."""
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from text_classification.reviews import generate_reviews
 
@@ -50,3 +53,23 @@ def _text_file(path: Path, texts: list[str], labels: list, fields=("text", "labe
             writer.writeheader()
             writer.writerows(rows)
     return path
+
+
+@pytest.fixture(scope="session")
+def pretrained_folder(tmp_path_factory) -> Path:
+    """A small BERT in a Hugging Face model folder, as save_pretrained writes one and
+    --pretrained reads it: a word-piece tokenizer over the reviews' words and an encoder of 2
+    layers of width 32. Built here, so the tests need no network; a real model's folder (e.g.
+    all-MiniLM-L6-v2's) holds the same files."""
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    folder = tmp_path_factory.mktemp("pretrained")
+    texts, _ = generate_reviews(600, seed=2)
+    words = sorted({word for text in texts for word in re.findall(r"\w+|[^\w\s]", text.lower())})
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
+    BertTokenizer(vocab={word: i for i, word in enumerate(vocabulary)}).save_pretrained(folder)
+    torch.manual_seed(0)
+    shape = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
+    shape |= {"vocab_size": len(vocabulary), "intermediate_size": 64}
+    BertModel(BertConfig(max_position_embeddings=128, **shape)).save_pretrained(folder)
+    return folder

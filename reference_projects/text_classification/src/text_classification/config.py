@@ -50,6 +50,12 @@ class TrainConfig:
     min_word_count: int = 2
     num_workers: int | str = 0  # texts are tokenized up front; workers would only pad batches
     # --- model
+    # None: the encoder below, trained from scratch. A Hugging Face model id or a local folder
+    # in its format (e.g. sentence-transformers/all-MiniLM-L6-v2): fine-tune that model, with
+    # its own tokenizer and a new head, instead (pretrained.py). The fields from width to
+    # word_dropout, max_vocab and min_word_count shape the from-scratch encoder only
+    pretrained: str | None = None
+    backbone_lr_scale: float = 0.01  # with pretrained: the backbone learns at lr x this
     width: int = 64  # embedding and attention width; a multiple of heads
     heads: int = 4  # attention heads per layer
     layers: int = 2  # encoder blocks (attention + MLP)
@@ -136,6 +142,11 @@ _RULES: dict[str, _Rule] = {
     "max_length": _at_least(1, "tokens"),
     "max_vocab": _at_least(1, "words"),
     "min_word_count": _at_least(1, "occurrences"),
+    "pretrained": (
+        lambda v: v is None or bool(v.strip()),
+        "a Hugging Face model id or folder, or none",
+    ),
+    "backbone_lr_scale": (lambda v: 0 < v < math.inf, "a number > 0"),
     "word_dropout": (lambda v: 0 <= v < 1, "a number in [0, 1)"),
     "heads": _at_least(1),
     "layers": _at_least(1),

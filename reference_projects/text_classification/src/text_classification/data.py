@@ -5,17 +5,16 @@ fixed seed), so nothing is downloaded. With `--data_dir DIR`, DIR holds train.cs
 row) or train.jsonl (one object per line), each example a text and its label (`text_field`,
 `label_field`), and optionally val.csv or val.jsonl, the validation examples; without one, a
 stratified `val_fraction` of train is held out. Both go through the same `Preprocess`: a
-word vocabulary built from the training split only, saved with the model.
+word vocabulary built from the training split only, saved with the model; or, with
+`--pretrained`, the pretrained model's own tokenizer (pretrained.py).
 """
 
-import csv
-import io
 import json
 import logging
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +34,7 @@ from .loaders import (
     first_validation_batches,
 )
 from .reviews import generate_reviews
+from .text_files import read_examples, split_files
 
 log = logging.getLogger(__package__)
 
@@ -54,6 +54,18 @@ class Preprocess:
     class_names: tuple[str, ...] = ()
     pattern: str = TOKEN_PATTERN
 
+    pad_id = PAD_ID
+
+    @classmethod
+    def from_texts(cls, cfg: TrainConfig, texts: list[str], class_names: tuple[str, ...]):
+        """The max_vocab most frequent words of `texts` seen at least min_word_count times."""
+        plain = cls(cfg.max_length, class_names=class_names)
+        counts = Counter(word for text in texts for word in plain.tokenize(text))
+        kept = [word for word, count in counts.items() if count >= cfg.min_word_count]
+        # Most frequent first, ties alphabetical: the same data always gives the same ids.
+        words = sorted(kept, key=lambda word: (-counts[word], word))[: cfg.max_vocab]
+        return cls(cfg.max_length, (PAD, UNKNOWN, *words), class_names)
+
     def tokenize(self, text: str) -> list[str]:
         return re.findall(self.pattern, text.lower())
 
@@ -61,17 +73,31 @@ class Preprocess:
         unknown = self.ids[UNKNOWN]
         return [self.ids.get(word, unknown) for word in self.tokenize(text)[: self.max_length]]
 
+    def truncated(self, texts: list[str]) -> int:
+        """How many of `texts` are longer than max_length tokens."""
+        return sum(len(self.tokenize(text)) > self.max_length for text in texts)
+
     @cached_property
     def ids(self) -> dict[str, int]:
         return {word: index for index, word in enumerate(self.vocabulary)}
+
+    @property
+    def vocabulary_size(self) -> int:
+        return len(self.vocabulary)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")
 
     @classmethod
-    def load(cls, path: Path) -> "Preprocess":
+    def load(cls, path: Path):
+        """The preprocessing saved at `path`: this one, or a pretrained model's tokenizer."""
         fields = json.loads(path.read_text())
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+        if "tokenizer" in fields:
+            from .pretrained import PretrainedTokens  # imports Transformers: only when used
+
+            return PretrainedTokens(**fields)
+        return cls(**fields)
 
 
 @dataclass
@@ -92,10 +118,10 @@ class TextData(Dataset):
         return TextData(self.tokens[:size], self.targets[:size], self.texts[:size])
 
 
-def pad_batch(samples: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
+def pad_batch(samples: list[tuple[Tensor, Tensor]], pad_id: int = PAD_ID) -> tuple[Tensor, Tensor]:
     """Pad to the longest text of this batch, not of the dataset: (B, T) ids and (B,) targets."""
     tokens, targets = zip(*samples, strict=True)
-    return pad_sequence(tokens, batch_first=True, padding_value=PAD_ID), torch.stack(targets)
+    return pad_sequence(tokens, batch_first=True, padding_value=pad_id), torch.stack(targets)
 
 
 def build_datasets(cfg: TrainConfig) -> Datasets:
@@ -146,22 +172,6 @@ def _user_files(cfg: TrainConfig) -> Datasets:
     return _tokenized(cfg, train_rows, val_rows, class_names, source)
 
 
-def split_files(folder: Path, split: str = "train", required: bool = False) -> Path | None:
-    """`folder`'s `split`.csv or `split`.jsonl; None when neither exists and not `required`."""
-    candidates = (folder / f"{split}.csv", folder / f"{split}.jsonl")
-    found = [path for path in candidates if path.is_file()]
-    if len(found) > 1:
-        raise ConfigError(
-            f"--data_dir: '{folder}' holds both {split}.csv and {split}.jsonl; keep one"
-        )
-    if not found and required:
-        held = ", ".join(sorted(path.name for path in folder.iterdir())) or "nothing"
-        raise ConfigError(
-            f"--data_dir: '{folder}' holds no {split}.csv or {split}.jsonl (it holds: {held})"
-        )
-    return found[0] if found else None
-
-
 def _class_names(
     cfg: TrainConfig, rows: list[tuple[int, str, str]], source: str
 ) -> tuple[str, ...]:
@@ -182,18 +192,20 @@ def _class_names(
 
 
 def _tokenized(cfg, train_rows, val_rows, class_names, source) -> Datasets:
-    """Build the vocabulary from the training texts, then turn every text into ids."""
-    plain = Preprocess(cfg.max_length, class_names=class_names)
-    counts = Counter(word for _, text, _ in train_rows for word in plain.tokenize(text))
-    kept = [word for word, count in counts.items() if count >= cfg.min_word_count]
-    # Most frequent first, ties alphabetical: the same data always gives the same ids.
-    words = sorted(kept, key=lambda word: (-counts[word], word))[: cfg.max_vocab]
-    preprocess = Preprocess(cfg.max_length, (PAD, UNKNOWN, *words), class_names)
+    """Build the vocabulary from the training texts (or load the pretrained model's
+    tokenizer), then turn every text into ids."""
+    if cfg.pretrained is None:
+        train_texts = [text for _, text, _ in train_rows]
+        preprocess = Preprocess.from_texts(cfg, train_texts, class_names)
+    else:
+        from .pretrained import PretrainedTokens  # imports Transformers: only when used
+
+        preprocess = PretrainedTokens.from_source(cfg.pretrained, cfg.max_length, class_names)
     index = {name: i for i, name in enumerate(class_names)}
     splits, truncated = [], 0
     for rows in (train_rows, val_rows):
         texts = [text for _, text, _ in rows]
-        truncated += sum(len(preprocess.tokenize(text)) > cfg.max_length for text in texts)
+        truncated += preprocess.truncated(texts)
         tokens = [torch.tensor(preprocess(text), dtype=torch.long) for text in texts]
         targets = torch.tensor([index[label] for _, _, label in rows], dtype=torch.long)
         splits.append(TextData(tokens, targets, texts))
@@ -213,7 +225,7 @@ def _tokenized(cfg, train_rows, val_rows, class_names, source) -> Datasets:
         fingerprint=fingerprint(
             listing.encode(), np.arange(len(train_rows)), np.arange(len(val_rows))
         ),
-        collate_fn=pad_batch,
+        collate_fn=partial(pad_batch, pad_id=preprocess.pad_id),
     )
 
 
@@ -234,80 +246,6 @@ def stratified_split(
     except ValueError as error:  # too few examples for a split with every label in both
         raise ConfigError(f"{source}: cannot split it with --val_fraction ({error})") from None
     return np.sort(train_idx), np.sort(val_idx)
-
-
-def read_examples(path: Path, cfg: TrainConfig) -> list[tuple[int, str, str]]:
-    """(line number, text, label) of every example in a .csv or .jsonl file.
-
-    Bad input is a ConfigError naming the option, the file, and the line where it applies.
-    """
-    where = f"--data_dir '{path}'"
-    try:
-        content = path.read_text(encoding="utf-8-sig")  # -sig: a leading BOM is not text
-    except UnicodeDecodeError as error:
-        raise ConfigError(f"{where}: not UTF-8 text (byte {error.start})") from None
-    except OSError as error:
-        raise ConfigError(f"{where}: cannot read it ({error.strerror})") from None
-    if not content.strip():
-        raise ConfigError(f"{where}: the file is empty")
-    read = _read_csv if path.suffix == ".csv" else _read_jsonl
-    rows = []
-    for line, text, label in read(content, where, cfg.text_field, cfg.label_field):
-        if not text.strip():
-            raise ConfigError(f"{where} line {line}: the text is empty")
-        if not label.strip():
-            raise ConfigError(f"{where} line {line}: the label is empty")
-        rows.append((line, text, label.strip()))
-    if not rows:
-        raise ConfigError(f"{where}: holds a header but no examples")
-    return rows
-
-
-def _read_csv(content: str, where: str, text_field: str, label_field: str):
-    reader = csv.DictReader(io.StringIO(content, newline=""))
-    columns = reader.fieldnames or []
-    for name, option in ((text_field, "--text_field"), (label_field, "--label_field")):
-        if name not in columns:
-            raise ConfigError(
-                f"{where}: no column '{name}' in its header ({', '.join(columns)}); "
-                f"name the column with {option}"
-            )
-    for row in reader:
-        text, label = row[text_field], row[label_field]
-        if text is None or label is None:
-            raise ConfigError(f"{where} line {reader.line_num}: fewer fields than the header")
-        if None in row:  # csv.DictReader's key for the fields past the header's
-            raise ConfigError(
-                f"{where} line {reader.line_num}: more fields than the header (quote a text "
-                'that holds commas: "like, this")'
-            )
-        yield reader.line_num, text, label
-
-
-def _read_jsonl(content: str, where: str, text_field: str, label_field: str):
-    for line, raw in enumerate(content.split("\n"), 1):
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError as error:
-            raise ConfigError(
-                f"{where} line {line}: not valid JSON ({error.msg} at column {error.colno})"
-            ) from None
-        if not isinstance(record, dict):
-            raise ConfigError(f"{where} line {line}: expected a JSON object")
-        for name, option in ((text_field, "--text_field"), (label_field, "--label_field")):
-            if name not in record:
-                raise ConfigError(
-                    f"{where} line {line}: no key '{name}' (keys: {', '.join(record)}); "
-                    f"name the key with {option}"
-                )
-        text, label = record[text_field], record[label_field]
-        if not isinstance(text, str):
-            raise ConfigError(f"{where} line {line}: '{text_field}' is not a string")
-        if isinstance(label, bool) or not isinstance(label, str | int):
-            raise ConfigError(f"{where} line {line}: '{label_field}' is not a string or integer")
-        yield line, text, str(label)
 
 
 if __name__ == "__main__":  # the data command: see describe.py

@@ -107,9 +107,14 @@ class TextEncoder(nn.Module):
 
 
 def build_model(cfg: TrainConfig, preprocess: Preprocess) -> nn.Module:
-    """The network for `cfg`, sized for the vocabulary and classes of `preprocess`."""
+    """The network for `cfg`, sized for the vocabulary and classes of `preprocess`; with
+    --pretrained, the pretrained model and a new head (pretrained.py)."""
+    if cfg.pretrained is not None:
+        from .pretrained import build_pretrained  # imports Transformers: only when used
+
+        return build_pretrained(cfg, preprocess)
     return TextEncoder(
-        len(preprocess.vocabulary),
+        preprocess.vocabulary_size,
         len(preprocess.class_names),
         cfg.width,
         cfg.heads,

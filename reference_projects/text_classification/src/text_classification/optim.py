@@ -28,10 +28,21 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
     ever sees the parameters that require gradients now.
     """
     trainable = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in trainable if p.ndim >= 2], "weight_decay": cfg.weight_decay},
-        {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0},
-    ]
+    # A pretrained backbone learns at backbone_lr_scale times the rate of the new head, whose
+    # weights start from random: each group's lr_scale multiplies the scheduled rate.
+    backbone = model.backbone_parameters() if cfg.pretrained is not None else set()
+    groups = []
+    for lr_scale, params in (
+        (1.0, [p for p in trainable if p not in backbone]),
+        (cfg.backbone_lr_scale, [p for p in trainable if p in backbone]),
+    ):
+        if params:
+            groups += [
+                {"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg.weight_decay},
+                {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+            ]
+            for group in groups[-2:]:
+                group["lr_scale"] = lr_scale
     # fused: one kernel per parameter group instead of several per tensor, which makes a
     # step about 20% faster for small models on the CPU and more so on GPUs.
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2), fused=True)
@@ -102,7 +113,8 @@ class TrainStep:
         grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         lr = learning_rate(step, self.cfg, self.total_steps)
         for param_group in self.optimizer.param_groups:
-            param_group["lr"] = lr
+            # 1.0 where a checkpoint saved before groups had a scale resumed the optimizer
+            param_group["lr"] = lr * param_group.get("lr_scale", 1.0)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.average.update()  # NoAverage: nothing

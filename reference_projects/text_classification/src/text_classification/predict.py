@@ -38,17 +38,18 @@ def load_trained(model_dir: str | Path) -> tuple[nn.Module, Preprocess]:
 @torch.inference_mode()
 def predict(model: nn.Module, preprocess: Preprocess, texts: list[str]) -> list[str]:
     """The label of each text; texts longer than max_length tokens are truncated, as in training."""
-    limit = preprocess.max_length
-    long = sum(len(preprocess.tokenize(text)) > limit for text in texts)
+    long = preprocess.truncated(texts)
     if long:
-        log.warning("truncated %d of %d texts to %d tokens", long, len(texts), limit)
+        log.warning(
+            "truncated %d of %d texts to %d tokens", long, len(texts), preprocess.max_length
+        )
     labels = []
     for start in range(0, len(texts), BATCH_SIZE):
         samples = [
             (torch.tensor(preprocess(text), dtype=torch.long), torch.tensor(0))
             for text in texts[start : start + BATCH_SIZE]
         ]
-        tokens, _ = pad_batch(samples)
+        tokens, _ = pad_batch(samples, preprocess.pad_id)
         labels += [preprocess.class_names[i] for i in model(tokens).argmax(dim=1).tolist()]
     return labels
 
