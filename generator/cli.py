@@ -121,7 +121,11 @@ def _add_references(commands: argparse._SubParsersAction) -> None:
         help="render each project into a temporary folder; exit 1 listing the files that "
         "differ from the committed ones (the results excepted)",
     )
-    test = actions.add_parser("test", help="run each committed project's own tests")
+    test = actions.add_parser(
+        "test",
+        help="run each committed project's own tests (the whole-sweep tests, marker sweep, "
+        "in the image_classification and language_modeling projects only)",
+    )
     for action in (sync, check, test):
         action.add_argument(
             "--only",

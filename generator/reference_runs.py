@@ -141,11 +141,12 @@ def run_project_tests(
         # (test_distributed's launch of every multi-process run is a third of a suite).
         pytest += ["-n", str(workers), "--dist", "loadfile"]
     for ref in select(names):
+        marker = [] if ref.runs_sweep_tests else ["-m", "not sweep"]  # SWEEP_TEST_TASKS
         with tempfile.TemporaryDirectory(prefix="references-test-") as scratch:
             env = project_env(ref.answers, Options(Path(scratch), "cpu"))
             env |= {"PYTHONDONTWRITEBYTECODE": "1"}
             start = time.perf_counter()
-            result = run(pytest, root / ref.name, env)
+            result = run([*pytest, *marker], root / ref.name, env)
         seconds = time.perf_counter() - start
         ok = result.returncode == 0
         message = f"{seconds:.0f} s" if ok else f"{seconds:.0f} s\n{tail(result.stdout, 30)}"

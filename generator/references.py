@@ -43,6 +43,11 @@ COMMIT = "HEAD"
 # The fully loaded project: the task's defaults with every option on. Read against copier.yml,
 # so a renamed or removed choice fails here, loudly, instead of silently dropping out.
 LOADED_TASK = "image_classification"
+# A sweep runs the same for every task but for the direction of its metric: the whole-sweep
+# tests (the projects' pytest marker `sweep`, a minute or more each) run in the suites of
+# a task whose metric goes up (accuracy) and one whose metric goes down (loss), the loaded
+# project among them; the other reference suites leave them out.
+SWEEP_TEST_TASKS = ("image_classification", "language_modeling")
 LOADED = {
     "distributed": "multi",
     "mixed_precision": "bf16",
@@ -63,6 +68,10 @@ class Reference:
     def project_name(self) -> str:
         return str(self.answers["project_name"])
 
+    @property
+    def runs_sweep_tests(self) -> bool:
+        return self.answers["task_type"] in SWEEP_TEST_TASKS
+
 
 def references(space: AnswerSpace | None = None) -> list[Reference]:
     """Every reference project: one per task type of copier.yml, then the loaded one."""
@@ -77,9 +86,12 @@ def references(space: AnswerSpace | None = None) -> list[Reference]:
     ]
 
 
-def reference_combinations(space: AnswerSpace | None = None) -> list[Answers]:
+def reference_combinations(
+    space: AnswerSpace | None = None, sweeping_only: bool = False
+) -> list[Answers]:
     """The combination of choices each reference project renders, defaults included: what
-    the reference projects' own tests exercise."""
+    the reference projects' own tests exercise (`sweeping_only`: those whose suites run the
+    whole-sweep tests)."""
     space = space or load_space()
     questions = {axis.name for axis in space.axes}
     return [
@@ -89,6 +101,7 @@ def reference_combinations(space: AnswerSpace | None = None) -> list[Answers]:
             if name in questions
         }
         for ref in references(space)
+        if ref.runs_sweep_tests or not sweeping_only
     ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sys
 import threading
@@ -18,7 +19,7 @@ from generator.check import Result, Stage, check_combination
 from generator.cli import main
 from generator.launch import Options
 from generator.parallel import check_all
-from generator.references import reference_combinations
+from generator.references import REFERENCES_DIR, SWEEP_TEST_TASKS, reference_combinations
 from generator.report import as_markdown, reproduce, template_commit, write_report
 from generator.run_folder import run_folder_problems
 from generator.selection import select
@@ -106,6 +107,12 @@ def test_check_all_keeps_order_starts_the_sample_first_and_keeps_failures(
     ]
 
 
+def higher_is_better(task: str) -> bool:
+    """The direction of the task's metric, as its reference project's task.py says."""
+    source = (REFERENCES_DIR / task / "src" / task / "task.py").read_text(encoding="utf-8")
+    return re.search(r"^HIGHER_IS_BETTER = (True|False)", source, re.MULTILINE)[1] == "True"
+
+
 def test_the_rest_sample_runs_the_whole_sweep_tests_where_they_meet_unused_choices(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -118,11 +125,15 @@ def test_the_rest_sample_runs_the_whole_sweep_tests_where_they_meet_unused_choic
     assert every_options.without_sweep_tests == frozenset()  # --project-tests all: everything
     sweeping = [c for c in rest if SPACE.slug(c) not in rest_options.without_sweep_tests]
     assert 0 < len(sweeping) < len(rest) < len(every)
-    # With the reference projects' suites, the whole-sweep tests meet every choice but the
-    # task's (every task's reference project runs them).
-    used = {(q, c[q]) for c in [*sweeping, *reference_combinations()] for q in c}
+    # With the reference suites that run them (a task whose metric goes up, one whose
+    # metric goes down), the whole-sweep tests meet every choice but the other tasks'.
+    sweeping_references = reference_combinations(sweeping_only=True)
+    assert {c["task_type"] for c in sweeping_references} == set(SWEEP_TEST_TASKS)
+    assert {higher_is_better(task) for task in SWEEP_TEST_TASKS} == {True, False}
+    used = {(q, c[q]) for c in [*sweeping, *sweeping_references] for q in c}
     for axis in SPACE.axes:
-        assert {(axis.name, choice) for choice in axis.choices} <= used, axis.name
+        if axis.name != "task_type":
+            assert {(axis.name, choice) for choice in axis.choices} <= used, axis.name
     # Each suite is run as its combination says: the other stages do nothing here.
     for stage in ("render", "lint", "train", "resume", "export"):
         monkeypatch.setattr(check._Run, stage, lambda self: None)

@@ -234,11 +234,11 @@ def fine_tune_minilm(tmp_path: Path, *fields: str) -> tuple[Path, dict[str, Any]
 def test_text_classification_fine_tuned_reaches_the_from_scratch_accuracy_in_a_third_of_its_steps(
     tmp_path, monkeypatch
 ) -> None:
-    """On the embedded reviews, one epoch (150 steps) of fine-tuning the packaged MiniLM
-    scores at least what the from-scratch default does in its 3,000."""
+    """On the embedded reviews, 100 steps of fine-tuning the packaged MiniLM (two thirds of
+    an epoch) score at least what the from-scratch default does in its 3,000."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # nothing may be downloaded
     scratch = default_summary("text_classification")
-    _, summary = fine_tune_minilm(tmp_path, "--epochs", "1")
+    _, summary = fine_tune_minilm(tmp_path, "--max_steps", "100")
     assert summary["steps"] * 3 <= scratch["steps"], (summary["steps"], scratch["steps"])
     assert summary["value"] >= scratch["value"], (summary["value"], scratch["value"])
 
