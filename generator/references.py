@@ -6,7 +6,8 @@ tracker). Each is generated output, never edited by hand:
 
     sync    render each reference project, train it with its default run on the CPU and write
             its results (RESULTS.md, results/results.json, results/curves.png) and the index
-            reference_projects/README.md
+            reference_projects/README.md; text_classification's also trains its fine-tuning
+            config (FINE_TUNING) into results/fine-tuned.json and fine-tuned-curves.png
     check   render each again into a temporary folder and compare every file with the
             committed one (missing, extra and differing files); the results are exempt, as
             they change from machine to machine, but must be there
@@ -34,7 +35,15 @@ from pathlib import Path
 from generator import REPO_ROOT
 from generator.answers import Answers, AnswerSpace, load_space
 from generator.render import ANSWERS_FILE, render
-from generator.results import CURVES_PNG, RESULTS_DIR, RESULTS_JSON, RESULTS_MD, index_text
+from generator.results import (
+    CURVES_PNG,
+    FINE_TUNED_JSON,
+    FINE_TUNED_PNG,
+    RESULTS_DIR,
+    RESULTS_JSON,
+    RESULTS_MD,
+    index_text,
+)
 
 REFERENCES_DIR = REPO_ROOT / "reference_projects"
 INDEX = "README.md"
@@ -43,11 +52,6 @@ COMMIT = "HEAD"
 # The fully loaded project: the task's defaults with every option on. Read against copier.yml,
 # so a renamed or removed choice fails here, loudly, instead of silently dropping out.
 LOADED_TASK = "image_classification"
-# A sweep runs the same for every task but for the direction of its metric: the whole-sweep
-# tests (the projects' pytest marker `sweep`, a minute or more each) run in the suites of
-# a task whose metric goes up (accuracy) and one whose metric goes down (loss), the loaded
-# project among them; the other reference suites leave them out.
-SWEEP_TEST_TASKS = ("image_classification", "language_modeling")
 LOADED = {
     "distributed": "multi",
     "mixed_precision": "bf16",
@@ -55,6 +59,15 @@ LOADED = {
     "export_target": "onnx",
     "tracker": "tensorboard",
 }
+
+# A sweep runs the same for every task but for the direction of its metric: the whole-sweep
+# tests (the projects' pytest marker `sweep`, a minute or more each) run in the suites of
+# a task whose metric goes up (accuracy) and one whose metric goes down (loss), the loaded
+# project among them; the other reference suites leave them out.
+SWEEP_TEST_TASKS = ("image_classification", "language_modeling")
+# A second run that `sync` records for a task's reference project: the project's config file
+# that fine-tunes a pretrained model (README: Fine-tuning a pretrained model).
+FINE_TUNING = {"text_classification": "configs/pretrained.yaml"}
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,12 @@ class Reference:
     @property
     def runs_sweep_tests(self) -> bool:
         return self.answers["task_type"] in SWEEP_TEST_TASKS
+
+    @property
+    def fine_tuning(self) -> str | None:
+        """The config file of its recorded fine-tuning run (the default project's only)."""
+        plain = set(self.answers) == {"project_name", "task_type"}
+        return FINE_TUNING.get(str(self.answers["task_type"])) if plain else None
 
 
 def references(space: AnswerSpace | None = None) -> list[Reference]:
@@ -179,7 +198,7 @@ def check(root: Path = REFERENCES_DIR, names: Sequence[str] | None = None) -> li
     with tempfile.TemporaryDirectory(prefix="references-check-") as scratch:
         for ref in chosen:
             fresh = render_reference(ref, Path(scratch) / ref.name)
-            problems += compare(fresh, root / ref.name, ref.name)
+            problems += compare(fresh, root / ref.name, ref)
     if not names:
         known = {ref.name for ref in chosen} | {INDEX}
         extra = (
@@ -194,8 +213,9 @@ def check(root: Path = REFERENCES_DIR, names: Sequence[str] | None = None) -> li
     return problems
 
 
-def compare(fresh: Path, committed: Path, name: str) -> list[str]:
+def compare(fresh: Path, committed: Path, ref: Reference) -> list[str]:
     """Problems of `committed` against the render `fresh`, one line per file, sorted."""
+    name = ref.name
     if not committed.is_dir():
         return [f"{name}/: missing"]
     patterns = ignore_patterns(fresh)
@@ -205,7 +225,10 @@ def compare(fresh: Path, committed: Path, name: str) -> list[str]:
     for path in rendered & present:
         if (fresh / path).read_bytes() != (committed / path).read_bytes():
             problems.append(f"{name}/{path}: differs")
-    for path in (RESULTS_MD, RESULTS_JSON, CURVES_PNG):
+    results = (RESULTS_MD, RESULTS_JSON, CURVES_PNG)
+    if ref.fine_tuning:
+        results += (FINE_TUNED_JSON, FINE_TUNED_PNG)
+    for path in results:
         if path not in present:
             problems.append(f"{name}/{path}: missing (run `python -m generator references sync`)")
     return sorted(problems)

@@ -30,16 +30,45 @@ RESULTS_MD = "RESULTS.md"
 RESULTS_DIR = "results"  # results.json and curves.png: the run's record, exempt from `check`
 RESULTS_JSON = f"{RESULTS_DIR}/results.json"
 CURVES_PNG = f"{RESULTS_DIR}/curves.png"
+# A reference's fine-tuning run (references.FINE_TUNING), recorded beside the default one.
+FINE_TUNED_JSON = f"{RESULTS_DIR}/fine-tuned.json"
+FINE_TUNED_PNG = f"{RESULTS_DIR}/fine-tuned-curves.png"
 LIBRARIES = ("python", "torch", "accelerate", "numpy")
 
 
 def write_results(
+    ref: Reference,
+    project: Path,
+    out: Path,
+    process_s: float,
+    command: str,
+    fine_tuned: tuple[Path, float, str, str] | None = None,
+) -> dict[str, Any]:
+    """RESULTS.md, results/results.json and results/curves.png from the run in `out`; with
+    `fine_tuned` (its folder, process time, command and model), its fine-tuned.json and
+    fine-tuned-curves.png, and a section of RESULTS.md."""
+    record = run_record(ref, project, out, process_s, command)
+    (project / RESULTS_DIR).mkdir()
+    shutil.copyfile(out / "curves.png", project / CURVES_PNG)
+    (project / RESULTS_JSON).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    tuned = None
+    if fine_tuned:
+        tuned_out, tuned_s, tuned_command, model = fine_tuned
+        tuned = run_record(ref, project, tuned_out, tuned_s, tuned_command) | {"model": model}
+        shutil.copyfile(tuned_out / "curves.png", project / FINE_TUNED_PNG)
+        content = json.dumps(tuned, indent=2) + "\n"
+        (project / FINE_TUNED_JSON).write_text(content, encoding="utf-8")
+    (project / RESULTS_MD).write_text(results_text(record, tuned), encoding="utf-8")
+    return record["summary"]
+
+
+def run_record(
     ref: Reference, project: Path, out: Path, process_s: float, command: str
 ) -> dict[str, Any]:
-    """RESULTS.md, results/results.json and results/curves.png from the run in `out`."""
+    """What results.json holds of the run in `out`."""
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     run = json.loads((out / "run.json").read_text(encoding="utf-8"))
-    record = {
+    return {
         "name": ref.name,
         "project_name": ref.project_name,
         "answers": ref.answers,
@@ -59,11 +88,6 @@ def write_results(
         "template": template_version(),
         "date": run.get("start_time"),
     }
-    (project / RESULTS_DIR).mkdir()
-    shutil.copyfile(out / "curves.png", project / CURVES_PNG)
-    (project / RESULTS_JSON).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    (project / RESULTS_MD).write_text(results_text(record), encoding="utf-8")
-    return summary
 
 
 def baseline_description(task_py: Path) -> str:
@@ -107,7 +131,7 @@ def template_version() -> str:
 # --- the text of RESULTS.md and of the index
 
 
-def results_text(record: dict[str, Any]) -> str:
+def results_text(record: dict[str, Any], tuned: dict[str, Any] | None = None) -> str:
     s = record["summary"]
     throughput = f"{s['samples_per_s']:,.0f} samples/s" if s.get("samples_per_s") else "n/a"
     versions = ", ".join(f"{name} {version}" for name, version in record["versions"].items())
@@ -148,7 +172,50 @@ renders today (`python -m generator references check`).
 
 `{RESULTS_JSON}` holds these figures as JSON; the run's own outputs (checkpoints, metrics,
 config) are not kept here: the command above writes them again.
+""" + (fine_tuned_text(tuned) if tuned else "")
+
+
+def fine_tuned_text(tuned: dict[str, Any]) -> str:
+    """RESULTS.md's section on a reference's fine-tuning run."""
+    s = tuned["summary"]
+    throughput = f"{s['samples_per_s']:,.0f} samples/s" if s.get("samples_per_s") else "n/a"
+    return f"""
+## Fine-tuning a pretrained model
+
+The same project fine-tuning `{tuned["model"]}`
+(README: Fine-tuning a pretrained model), on the same data and split, on the same machine:
+
+| | |
+|---|---|
+| validation {s["metric"]} | **{s["value"]:.4f}** |
+| steps, epochs | {s["steps"]}, {s["epochs"]:g} |
+| training time | {s["wall_s"]:.1f} s (the whole process {tuned["process_s"]:.1f} s) |
+| throughput | {throughput} |
+| peak memory | {s["peak_mem_mb"]:.0f} MB per process |
+
+![Loss and validation {s["metric"]} by step, fine-tuning]({FINE_TUNED_PNG})
+
+```
+{tuned["command"]}
+```
+
+The model's files were read offline, from the copy that a package on the Python registry
+ships (the repository's development dependencies); with network, the command above
+downloads the same files from the Hugging Face Hub once. `{FINE_TUNED_JSON}` holds
+these figures as JSON.
 """
+
+
+def _cells(results: Path) -> str:
+    """The index's metric, value, baseline and training time of a recorded run."""
+    if not results.is_file():
+        return " | ".join(["not synced", "", "", ""])
+    s = json.loads(results.read_text(encoding="utf-8"))["summary"]
+    better = "higher" if s["higher_is_better"] else "lower"
+    return (
+        f"{s['metric']} ({better} is better) | {s['value']:.4f} | {s['baseline_value']:.4f} | "
+        f"{s['wall_s']:.1f} s"
+    )
 
 
 def index_text(refs: Sequence[Reference], root: Path) -> str:
@@ -159,20 +226,16 @@ def index_text(refs: Sequence[Reference], root: Path) -> str:
     for ref in refs:
         answers = {k: v for k, v in ref.answers.items() if k in defaults and k != "task_type"}
         differ = ", ".join(f"{k}={answer_text(v)}" for k, v in answers.items() if v != defaults[k])
-        results = root / ref.name / RESULTS_JSON
-        cells = ["not synced"] + [""] * 3
-        if results.is_file():
-            s = json.loads(results.read_text(encoding="utf-8"))["summary"]
-            better = "higher" if s["higher_is_better"] else "lower"
-            cells = [
-                f"{s['metric']} ({better} is better)",
-                f"{s['value']:.4f}",
-                f"{s['baseline_value']:.4f}",
-                f"{s['wall_s']:.1f} s",
-            ]
         link = f"[{ref.name}]({ref.name}/) ([results]({ref.name}/{RESULTS_MD}))"
         task = ref.answers["task_type"]
-        rows.append(f"| {link} | {task} | {differ or 'defaults'} | {' | '.join(cells)} |")
+        cells = _cells(root / ref.name / RESULTS_JSON)
+        rows.append(f"| {link} | {task} | {differ or 'defaults'} | {cells} |")
+        tuned = root / ref.name / FINE_TUNED_JSON
+        if ref.fine_tuning and tuned.is_file():
+            model = json.loads(tuned.read_text(encoding="utf-8"))["model"]
+            section = f"{ref.name}/{RESULTS_MD}#fine-tuning-a-pretrained-model"
+            link = f"[{ref.name}]({ref.name}/), fine-tuned ([results]({section}))"
+            rows.append(f"| {link} | {task} | `{ref.fine_tuning}`: {model} | {_cells(tuned)} |")
     table = "\n".join(rows)
     return f"""# Reference projects
 
@@ -180,7 +243,8 @@ Worked examples: each folder is a project rendered from this template exactly as
 copy` produces it today, one per task type with the default answers, and one with every
 option on. Each project's README explains its design choices (why this model, this loss,
 these defaults); its RESULTS.md shows what its default run achieves, trained once on a CPU
-(the training time is the run's own, without start-up, on the machine RESULTS.md names).
+(the training time is the run's own, without start-up, on the machine RESULTS.md names),
+and, for text classification, what fine-tuning a pretrained model does on the same data.
 
 | project | task | answers besides the defaults | metric | value | baseline | training time |
 |---|---|---|---|---|---|---|

@@ -29,7 +29,7 @@ from generator.references import (
     references,
 )
 from generator.render import ANSWERS_FILE
-from generator.results import CURVES_PNG, RESULTS_JSON, RESULTS_MD
+from generator.results import CURVES_PNG, FINE_TUNED_PNG, RESULTS_JSON, RESULTS_MD
 from generator.selection import rest_sample, select
 
 SPACE = load_space()
@@ -98,15 +98,18 @@ def test_check_covers_the_answers_file_results_and_index(
     answers = root / first / ANSWERS_FILE
     answers.write_text(answers.read_text(encoding="utf-8").replace(SRC_PATH, "/elsewhere"))
     (root / last / CURVES_PNG).unlink()
+    (root / "text_classification" / FINE_TUNED_PNG).unlink()  # the fine-tuning run's curves
     (root / "stray").mkdir()
     index = root / INDEX
     index.write_text(index.read_text(encoding="utf-8") + "edited\n", encoding="utf-8")
 
     assert main(["references", "check", "--root", str(root)]) == 1
     problems = capsys.readouterr().out.splitlines()[:-1]
+    sync = "missing (run `python -m generator references sync`)"
     assert problems == [
         f"{first}/{ANSWERS_FILE}: differs",
-        f"{last}/{CURVES_PNG}: missing (run `python -m generator references sync`)",
+        f"text_classification/{FINE_TUNED_PNG}: {sync}",
+        f"{last}/{CURVES_PNG}: {sync}",
         "stray: extra (not a reference project)",
         f"{INDEX}: differs from the index of the results",
     ]
@@ -136,6 +139,12 @@ def test_results_and_index_name_every_project() -> None:
         assert (project / RESULTS_JSON).is_file()
         assert f"[{ref.name}]({ref.name}/)" in index
         assert f"({ref.name}/{RESULTS_MD})" in index
+        # A fine-tuning run's section, curves and row in the index, where it has one.
+        tuned = ref.fine_tuning is not None
+        assert ("## Fine-tuning a pretrained model" in results) == tuned
+        assert (project / FINE_TUNED_PNG).is_file() == tuned
+        assert (f"({ref.name}/{RESULTS_MD}#fine-tuning-a-pretrained-model)" in index) == tuned
+    assert [ref.name for ref in REFS if ref.fine_tuning] == ["text_classification"]
 
 
 @pytest.mark.parametrize("action", ["sync", "check", "test"])

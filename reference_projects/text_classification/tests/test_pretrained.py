@@ -80,6 +80,35 @@ def test_a_fine_tuning_run_killed_and_rerun_ends_exactly_as_an_unkilled_one(
     assert_same_end(resumed, whole, 6)
 
 
+@pytest.mark.parametrize("frozen_steps", [3, 4], ids=["thawed-by-the-checkpoint", "thawed-after"])
+def test_a_frozen_backbone_stays_as_it_came_then_learns_and_the_run_resumes_exactly(
+    fine_tune, interrupt, pretrained_folder, tmp_path, frozen_steps
+):
+    freeze = ("--freeze_backbone_steps", str(frozen_steps))
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    train(fine_tune(*freeze, output_dir=whole))
+    pretrained = load_file(pretrained_folder / "model.safetensors")
+
+    def backbone(step: int) -> dict[str, torch.Tensor]:
+        state = load_checkpoint(whole / "checkpoints" / f"step-{step:06d}.pt")["model"]
+        return {name: state[f"network.bert.{name}"] for name in pretrained}
+
+    def groups(step: int) -> list[float]:
+        state = load_checkpoint(whole / "checkpoints" / f"step-{step:06d}.pt")
+        return [group["lr_scale"] for group in state["optimizer"]["param_groups"]]
+
+    assert all(torch.equal(value, pretrained[name]) for name, value in backbone(3).items())
+    assert groups(3) == [1.0, 1.0] + [0.01, 0.01] * (frozen_steps == 3)  # thawed after step 3
+    assert not all(torch.equal(value, pretrained[name]) for name, value in backbone(6).items())
+    assert groups(6) == [1.0, 1.0, 0.01, 0.01]
+    # Killed at step 5, the run resumes from step 3's checkpoint, frozen or not as it was.
+    args = fine_tune(*freeze, output_dir=resumed)
+    assert interrupt(args, resumed, 5, signal.SIGKILL) == -signal.SIGKILL
+    train(args)
+    assert logged(resumed) == logged(whole)
+    assert_same_end(resumed, whole, 6)
+
+
 def test_predictions_from_model_dir_alone_reproduce_the_evaluation(
     fine_tune, pretrained_folder, tmp_path
 ):
@@ -117,6 +146,7 @@ def unusable_sources(tmp_path_factory, pretrained_folder):
         ("untokenized", [], "--pretrained: '.*untokenized' holds no usable tokenizer"),
         ("good", ["--max_length", "500"], "--max_length: got 500, but .* reads at most 128"),
         ("good", ["--backbone_lr_scale", "0"], "--backbone_lr_scale: got 0.0, expected a number"),
+        ("good", ["--freeze_backbone_steps", "-1"], "--freeze_backbone_steps: got -1, expected"),
     ],
 )
 def test_a_source_that_cannot_be_fine_tuned_is_refused_in_one_line(

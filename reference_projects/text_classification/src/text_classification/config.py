@@ -56,6 +56,9 @@ class TrainConfig:
     # word_dropout, max_vocab and min_word_count shape the from-scratch encoder only
     pretrained: str | None = None
     backbone_lr_scale: float = 0.01  # with pretrained: the backbone learns at lr x this
+    # With pretrained: the backbone is frozen for this many first steps, while the new head
+    # learns from the features as they came; 0: it trains from the first step
+    freeze_backbone_steps: int = 0
     width: int = 64  # embedding and attention width; a multiple of heads
     heads: int = 4  # attention heads per layer
     layers: int = 2  # encoder blocks (attention + MLP)
@@ -147,6 +150,7 @@ _RULES: dict[str, _Rule] = {
         "a Hugging Face model id or folder, or none",
     ),
     "backbone_lr_scale": (lambda v: 0 < v < math.inf, "a number > 0"),
+    "freeze_backbone_steps": _at_least(0, "steps; 0: never frozen"),
     "word_dropout": (lambda v: 0 <= v < 1, "a number in [0, 1)"),
     "heads": _at_least(1),
     "layers": _at_least(1),

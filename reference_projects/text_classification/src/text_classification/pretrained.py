@@ -146,6 +146,11 @@ class PretrainedClassifier(nn.Module):
         """The pretrained weights, which learn at backbone_lr_scale times the head's rate."""
         return set(self.network.base_model.parameters())
 
+    def freeze_backbone(self) -> None:
+        """For the first freeze_backbone_steps (optim.TrainStep thaws it)."""
+        for parameter in self.network.base_model.parameters():
+            parameter.requires_grad_(False)
+
 
 def build_pretrained(cfg: TrainConfig, tokens: PretrainedTokens) -> PretrainedClassifier:
     """The pretrained model with a new head for the classes of `tokens`.
