@@ -1,10 +1,12 @@
-"""Data for the tests: arguments for short epochs of the embedded digits, and small
-datasets in the user's format. conftest.py loads these fixtures (pytest_plugins)."""
+"""Data for the tests: arguments for short epochs of the embedded digits, small datasets in
+the user's format, and a small pretrained model's folder. conftest.py loads these fixtures
+(pytest_plugins)."""
 
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 
@@ -51,3 +53,21 @@ def _image_folder(root, classes=("circle", "square"), per_class=12, size=16):
             pixels[shape] = 220
             Image.fromarray(pixels).save(root / name / f"{index}.png")
     return root
+
+
+@pytest.fixture(scope="session")
+def pretrained_folder(tmp_path_factory) -> Path:
+    """A small ViT in a Hugging Face model folder, as save_pretrained writes one and
+    --pretrained reads it: 16x16 RGB inputs in patches of 4, 2 layers of width 32, and its
+    image processor. Built here, so the tests need no network; a real model's folder (e.g.
+    google/vit-base-patch16-224's) holds the same files."""
+    from transformers import ViTConfig, ViTImageProcessor, ViTModel
+
+    folder = tmp_path_factory.mktemp("pretrained")
+    processor = ViTImageProcessor(size={"height": 16, "width": 16}, image_mean=[0.5] * 3)
+    processor.save_pretrained(folder)
+    torch.manual_seed(0)
+    shape = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
+    config = ViTConfig(image_size=16, patch_size=4, intermediate_size=64, **shape)
+    ViTModel(config, add_pooling_layer=False).save_pretrained(folder)
+    return folder

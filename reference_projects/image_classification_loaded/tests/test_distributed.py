@@ -12,6 +12,7 @@ whole process group is killed afterwards whatever happened.
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -69,6 +70,18 @@ def run_args(output_dir: Path, *extra: str) -> list[str]:
     return as_arguments({"output_dir": output_dir, **RUN_FIELDS}, *extra)
 
 
+@pytest.fixture(scope="module")
+def fine_tuning(tmp_path_factory, pretrained_folder) -> list[str]:
+    """Fine-tuning the tests' small pretrained model, without its dropout (each process would
+    draw its own masks), its backbone frozen for 3 steps, then learning at the head's rate:
+    once it thaws, DDP must reduce its gradients too."""
+    folder = shutil.copytree(pretrained_folder, tmp_path_factory.mktemp("model") / "model")
+    config = json.loads((folder / "config.json").read_text())
+    config |= {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    (folder / "config.json").write_text(json.dumps(config))
+    return ["--pretrained", str(folder), "--freeze_backbone_steps", "3", "--backbone_lr_scale", "1"]
+
+
 def assert_close_runs(actual: Path, expected: Path, from_step: int = 0) -> None:
     """The same records logged after `from_step`, every number in them within RTOL, and the
     final weights within WEIGHTS_RTOL, relative to the norm of all the weights together: a
@@ -92,13 +105,13 @@ def assert_close_runs(actual: Path, expected: Path, from_step: int = 0) -> None:
 
 
 @pytest.fixture(scope="module")
-def launched(tmp_path_factory, embedded_args):
+def launched(tmp_path_factory, embedded_args, fine_tuning):
     """One launch of 2 processes: two whole runs (no accumulation, and 2 micro-batches a
     step), the first resumed from its step-3 checkpoint, a profiled run, a run that logs
     every 2 steps and two preempted like it (with a checkpoint due at the step they stop
-    at, and without), each followed by the same command again, then the missed collective.
-    The report of each process lists, for each run, the steps it trained and the code it
-    exited with."""
+    at, and without), each followed by the same command again, a fine-tuning run whose
+    backbone thaws after step 3, then the missed collective. The report of each process
+    lists, for each run, the steps it trained and the code it exited with."""
     root = tmp_path_factory.mktemp("two-processes")
     reports = tmp_path_factory.mktemp("reports")
     # A run of one process with the global batch, whose checkpoint the 2 processes resume.
@@ -119,6 +132,7 @@ def launched(tmp_path_factory, embedded_args):
         "from-one": run("from-one", "--resume", str(root / "one/checkpoints/step-000003.pt")),
         "profiled": run("profiled", "--profile", "true"),
         "logged-every-2": run("logged-every-2", *every_2),
+        "fine-tuned": run("fine-tuned", *fine_tuning),
     }
     # SIGTERM reaches rank 1 a step before rank 0, as a scheduler's signal may reach the
     # processes on either side of a step: they must agree to stop at the next log step.
@@ -178,6 +192,13 @@ def test_two_processes_with_half_the_batch_match_one_with_all(launched, one_proc
     two = root / ("whole" if accumulation == 1 else "accumulated")
     one = one_process("one", "--grad_accum_steps", str(accumulation))
     assert_close_runs(two, one)
+
+
+def test_a_backbone_that_thaws_in_two_processes_learns_from_both_halves(
+    launched, one_process, fine_tuning
+):
+    root, _ = launched
+    assert_close_runs(root / "fine-tuned", one_process("fine-tuned", *fine_tuning))
 
 
 def test_only_rank_0_writes_and_each_step_is_logged_once(launched):

@@ -43,6 +43,15 @@ class TrainConfig:
     skip_bad_files: bool = False  # train without the images that cannot be read, or refuse
     num_workers: int | str = "auto"  # loader processes for data_dir images; auto: by CPU count
     # --- model
+    # None: the network below, trained from scratch. A Hugging Face model id or a local folder
+    # in its format (e.g. google/vit-base-patch16-224): fine-tune that model, with its own
+    # input size and normalisation and a new head, instead (pretrained.py); image_size,
+    # image_channels, width and dropout then shape nothing
+    pretrained: str | None = None
+    backbone_lr_scale: float = 0.01  # with pretrained: the backbone learns at lr x this
+    # With pretrained: the backbone is frozen for this many first steps, while the new head
+    # learns from the features as they came; 0: it trains from the first step
+    freeze_backbone_steps: int = 0
     width: int = 32  # channels of the first stage; each later stage doubles it
     dropout: float = 0.1  # before the classifier, in [0, 1)
     # --- optimisation
@@ -119,6 +128,12 @@ _RULES: dict[str, _Rule] = {
     "beta2": (lambda v: 0 <= v < 1, "a number in [0, 1)"),
     "image_size": (lambda v: 4 <= v <= 1024, "an integer in [4, 1024]"),
     "image_channels": (lambda v: v in (1, 3), "1 (grayscale) or 3 (RGB)"),
+    "pretrained": (
+        lambda v: v is None or bool(v.strip()),
+        "a Hugging Face model id or folder, or none",
+    ),
+    "backbone_lr_scale": (lambda v: 0 < v < math.inf, "a number > 0"),
+    "freeze_backbone_steps": _at_least(0, "steps; 0: never frozen"),
     "epochs": _at_least(1),
     "max_steps": _at_least(0, "0: run all epochs"),
     "batch_size": _at_least(1),

@@ -57,7 +57,12 @@ class ConvNet(nn.Module):
 
 
 def build_model(cfg: TrainConfig, preprocess: Preprocess) -> nn.Module:
-    """The network for `cfg`, sized for the data that `preprocess` (saved with it) prepares."""
+    """The network for `cfg`, sized for the data that `preprocess` (saved with it) prepares;
+    with --pretrained, the pretrained model and a new head (pretrained.py)."""
+    if cfg.pretrained is not None:
+        from .pretrained import build_pretrained  # imports Transformers: only when used
+
+        return build_pretrained(cfg, preprocess)
     # Downsample until about 4x4 pixels remain: 8x8 images get 2 stages, 32x32 get 4.
     num_stages = max(2, int(math.log2(preprocess.image_size)) - 1)
     num_classes = len(preprocess.class_names)

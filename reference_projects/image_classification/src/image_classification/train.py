@@ -26,7 +26,7 @@ from .data import build_datasets
 from .evaluate import early_stopping, evaluate
 from .loaders import DataError, build_loaders
 from .model import build_model
-from .optim import FEW_STEPS, TrainStep, build_optimizer, prepare
+from .optim import FEW_STEPS, TrainStep, backbone_frozen, build_optimizer, prepare
 from .resume import resume_point
 from .state import TrainingState
 from .utils.modules import UnregisteredModuleError, assert_modules_registered
@@ -96,6 +96,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     # --- model, optimizer and the resumed state
     model, raw_model = _model_on_device(cfg, datasets.preprocess, accelerator)
+    if backbone_frozen(cfg, progress.step):  # before the optimizer, which holds the head alone
+        raw_model.freeze_backbone()
     optimizer = build_optimizer(raw_model, cfg)
     average = weight_average(raw_model, cfg.ema_decay)  # before prepare() wraps the forward
     train_step = TrainStep(

@@ -63,8 +63,14 @@ class Preprocess:
 
     @classmethod
     def load(cls, path: Path) -> "Preprocess":
+        """The preprocessing saved at `path`: this one, or a pretrained model's."""
         fields = json.loads(path.read_text())
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
+        if "architecture" in fields:
+            from .pretrained import PretrainedImages  # imports Transformers: only when used
+
+            return PretrainedImages(**fields)
+        return cls(**fields)
 
 
 class ImageFolderData(Dataset):
@@ -108,9 +114,7 @@ def _digits(cfg: TrainConfig) -> Datasets:
     labels = digits.target.astype(np.int64)
     train_idx, val_idx = stratified_split(labels, cfg.val_fraction)
     names = tuple(str(name) for name in digits.target_names)
-    plain = Preprocess(cfg.image_size, cfg.image_channels, class_names=names)
-    pixels = torch.stack([plain.to_unit_range(images[i]) for i in range(len(images))])
-    preprocess = _fit_normalisation(plain, pixels[train_idx])
+    preprocess = _preprocess(cfg, names, (images[i] for i in train_idx))
     inputs = torch.stack([preprocess(image) for image in images])
     targets = torch.from_numpy(labels)
     return Datasets(
@@ -148,10 +152,8 @@ def _image_folder(cfg: TrainConfig, root: Path) -> Datasets:
     labels_np = np.asarray(labels, dtype=np.int64)
     train_idx, val_idx = stratified_split(labels_np, cfg.val_fraction)
     names = tuple(d.name for d in class_dirs)
-    plain = Preprocess(cfg.image_size, cfg.image_channels, class_names=names)
-    sample = train_idx[:STATS_SAMPLE]
-    pixels = torch.stack([plain.to_unit_range(load_image(paths[i])) for i in sample])
-    preprocess = _fit_normalisation(plain, pixels)
+    sample = (load_image(paths[i]) for i in train_idx[:STATS_SAMPLE])
+    preprocess = _preprocess(cfg, names, sample)
     listing = "\n".join(f"{p.relative_to(root)}:{p.stat().st_size}" for p in paths)
     return Datasets(
         train=ImageFolderData(
@@ -171,6 +173,19 @@ def stratified_split(labels: np.ndarray, val_fraction: float) -> tuple[np.ndarra
         indices, test_size=val_fraction, stratify=labels, random_state=SPLIT_SEED
     )
     return np.sort(train_idx), np.sort(val_idx)
+
+
+def _preprocess(cfg: TrainConfig, names: tuple[str, ...], training_images) -> Preprocess:
+    """With --pretrained, the model's own input size and normalisation (pretrained.py); else
+    the configured size, normalised with the statistics of `training_images` (an iterable,
+    only read here)."""
+    if cfg.pretrained is not None:
+        from .pretrained import PretrainedImages  # imports Transformers: only when used
+
+        return PretrainedImages.from_source(cfg.pretrained, names)
+    plain = Preprocess(cfg.image_size, cfg.image_channels, class_names=names)
+    pixels = torch.stack([plain.to_unit_range(image) for image in training_images])
+    return _fit_normalisation(plain, pixels)
 
 
 def _fit_normalisation(plain: Preprocess, pixels: torch.Tensor) -> Preprocess:

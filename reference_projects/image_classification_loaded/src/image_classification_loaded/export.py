@@ -85,7 +85,10 @@ def export_run(
         )
     preprocess = Preprocess.load(preprocess_path)
     # Preprocessing fields that are also config fields were set from the config in training.
-    for name, value in asdict(preprocess).items():
+    taken = asdict(preprocess)
+    if cfg.pretrained is not None:  # but a pretrained model's input size and channels
+        taken = {k: v for k, v in taken.items() if k not in ("image_size", "image_channels")}
+    for name, value in taken.items():
         if name in asdict(cfg) and getattr(cfg, name) != value:
             raise ExportError(
                 f"checkpoint '{path}' was trained with {name}={getattr(cfg, name)}, but "

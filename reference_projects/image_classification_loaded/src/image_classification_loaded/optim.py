@@ -9,6 +9,7 @@ from contextlib import nullcontext
 import torch
 from accelerate import Accelerator
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from . import task
 from .average import NoAverage, WeightAverage
@@ -29,13 +30,31 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
     ever sees the parameters that require gradients now.
     """
     trainable = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in trainable if p.ndim >= 2], "weight_decay": cfg.weight_decay},
-        {"params": [p for p in trainable if p.ndim < 2], "weight_decay": 0.0},
-    ]
+    # A pretrained backbone learns at backbone_lr_scale times the rate of the new head, whose
+    # weights start from random; while frozen (freeze_backbone_steps), it is not here at all.
+    backbone = model.backbone_parameters() if cfg.pretrained is not None else set()
+    groups = parameter_groups([p for p in trainable if p not in backbone], cfg, 1.0)
+    unfrozen = [p for p in trainable if p in backbone]
+    groups += parameter_groups(unfrozen, cfg, cfg.backbone_lr_scale) if unfrozen else []
     # fused: one kernel per parameter group instead of several per tensor, which makes a
     # step about 20% faster for small models on the CPU and more so on GPUs.
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.beta2), fused=True)
+
+
+def parameter_groups(params: list[nn.Parameter], cfg: TrainConfig, lr_scale: float) -> list[dict]:
+    """Two AdamW groups of `params`: weights decay, biases and norm weights (1-D) do not.
+    Each group's lr_scale multiplies the scheduled learning rate (TrainStep)."""
+    decay, no_decay = [p for p in params if p.ndim >= 2], [p for p in params if p.ndim < 2]
+    return [
+        {"params": decay, "weight_decay": cfg.weight_decay, "lr_scale": lr_scale},
+        {"params": no_decay, "weight_decay": 0.0, "lr_scale": lr_scale},
+    ]
+
+
+def backbone_frozen(cfg: TrainConfig, step: int) -> bool:
+    """Whether a pretrained backbone is frozen when `step` steps are done: the first
+    freeze_backbone_steps, while the new head learns from the backbone as it came."""
+    return cfg.pretrained is not None and step < cfg.freeze_backbone_steps
 
 
 def learning_rate(step: int, cfg: TrainConfig, total_steps: int) -> float:
@@ -86,6 +105,8 @@ class TrainStep:
     ):
         self.model, self.optimizer, self.accelerator = model, optimizer, accelerator
         self.cfg, self.total_steps, self.average = cfg, total_steps, average
+        # A pretrained backbone frozen for freeze_backbone_steps (train.py froze it)
+        self.frozen = not all(p.requires_grad for p in model.parameters())
 
     def __call__(
         self, micro_batches: Iterator, group: int, step: int, window: LogWindow
@@ -111,9 +132,29 @@ class TrainStep:
         grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         lr = learning_rate(step, self.cfg, self.total_steps)
         for param_group in self.optimizer.param_groups:
-            param_group["lr"] = lr
+            # 1.0 where a checkpoint saved before groups had a scale resumed the optimizer
+            param_group["lr"] = lr * param_group.get("lr_scale", 1.0)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.average.update()  # NoAverage: nothing
+        if self.frozen and not backbone_frozen(self.cfg, step + 1):
+            self.thaw_backbone()  # before the checkpoint of this step, which then holds it
         window.end_step()
         return grad_norm, lr
+
+    def thaw_backbone(self) -> None:
+        """The end of freeze_backbone_steps: the backbone requires gradients again and joins
+        the optimizer, in the groups build_optimizer gives it when it is not frozen."""
+        frozen = [p for p in self.model.parameters() if not p.requires_grad]
+        for parameter in frozen:
+            parameter.requires_grad_(True)
+        for param_group in parameter_groups(frozen, self.cfg, self.cfg.backbone_lr_scale):
+            self.optimizer.add_param_group(param_group)
+        # DDP reduces the gradients of what required them when it wrapped the model: wrap it
+        # again, as Accelerate did, for the backbone's to be reduced too.
+        wrapped = self.model
+        if isinstance(wrapped, DistributedDataParallel):  # not when started alone
+            self.model = DistributedDataParallel(
+                wrapped.module, device_ids=wrapped.device_ids, output_device=wrapped.output_device
+            )
+        self.frozen = False

@@ -152,26 +152,34 @@ class PretrainedClassifier(nn.Module):
             parameter.requires_grad_(False)
 
 
-def build_pretrained(cfg: TrainConfig, tokens: PretrainedTokens) -> PretrainedClassifier:
-    """The pretrained model with a new head for the classes of `tokens`.
+AUTO_MODEL = AutoModelForSequenceClassification
 
-    The network is built from the saved config; the weights come from `tokens.weights_from`
-    when it is set (training), else they are loaded afterwards (predict, export).
+
+def build_pretrained(cfg: TrainConfig, preprocess: PretrainedTokens) -> PretrainedClassifier:
+    """The pretrained model with a new head for the classes of `preprocess`.
+
+    The network is built from the saved config; the weights come from `weights_from` when it
+    is set (training), else they are loaded afterwards (predict, export). A head the source
+    has for other classes is replaced too (ignore_mismatched_sizes).
     """
-    config = AutoConfig.for_model(**tokens.architecture)
-    config.num_labels = len(tokens.class_names)
-    config.id2label = dict(enumerate(tokens.class_names))
-    config.label2id = {name: index for index, name in enumerate(tokens.class_names)}
+    config = AutoConfig.for_model(**preprocess.architecture)
+    config.num_labels = len(preprocess.class_names)
+    config.id2label = dict(enumerate(preprocess.class_names))
+    config.label2id = {name: index for index, name in enumerate(preprocess.class_names)}
     config.problem_type = "single_label_classification"
-    if tokens.weights_from is None:
-        network = AutoModelForSequenceClassification.from_config(config)
+    if preprocess.weights_from is None:
+        network = AUTO_MODEL.from_config(config)
     else:
-        network, loading = AutoModelForSequenceClassification.from_pretrained(
-            tokens.weights_from, config=config, output_loading_info=True
+        network, loading = AUTO_MODEL.from_pretrained(
+            preprocess.weights_from,
+            config=config,
+            ignore_mismatched_sizes=True,
+            output_loading_info=True,
         )
-        new = ", ".join(sorted(loading["missing_keys"])) or "none"
-        log.info("fine-tuning '%s'; new weights (the head): %s", tokens.weights_from, new)
-    return PretrainedClassifier(network, tokens.pad_id)
+        new = {*loading["missing_keys"], *(key for key, *_ in loading["mismatched_keys"])}
+        head = ", ".join(sorted(new)) or "none"
+        log.info("fine-tuning '%s'; new weights (the head): %s", preprocess.weights_from, head)
+    return PretrainedClassifier(network, preprocess.pad_id)
 
 
 def _config(source: str):
