@@ -133,7 +133,6 @@ def template_version() -> str:
 
 def results_text(record: dict[str, Any], tuned: dict[str, Any] | None = None) -> str:
     s = record["summary"]
-    throughput = f"{s['samples_per_s']:,.0f} samples/s" if s.get("samples_per_s") else "n/a"
     versions = ", ".join(f"{name} {version}" for name, version in record["versions"].items())
     m = record["machine"]
     count = record["processes"]
@@ -152,10 +151,7 @@ renders today (`python -m generator references check`).
 |---|---|
 | validation {s["metric"]} | **{s["value"]:.4f}**{best} |
 | trivial baseline | {s["baseline_value"]:.4f}: {record["baseline"]} |
-| steps, epochs | {s["steps"]}, {s["epochs"]:g} |
-| training time | {s["wall_s"]:.1f} s (the whole process {record["process_s"]:.1f} s) |
-| throughput | {throughput} |
-| peak memory | {s["peak_mem_mb"]:.0f} MB per process |
+{run_rows(record)}
 
 ![Loss and validation {s["metric"]} by step, with the trivial baseline]({CURVES_PNG})
 
@@ -175,10 +171,19 @@ config) are not kept here: the command above writes them again.
 """ + (fine_tuned_text(tuned) if tuned else "")
 
 
+def run_rows(record: dict[str, Any]) -> str:
+    """RESULTS.md's table rows on how a recorded run ran: steps, time, speed and memory."""
+    s = record["summary"]
+    throughput = f"{s['samples_per_s']:,.0f} samples/s" if s.get("samples_per_s") else "n/a"
+    return f"""| steps, epochs | {s["steps"]}, {s["epochs"]:g} |
+| training time | {s["wall_s"]:.1f} s (the whole process {record["process_s"]:.1f} s) |
+| throughput | {throughput} |
+| peak memory | {s["peak_mem_mb"]:.0f} MB per process |"""
+
+
 def fine_tuned_text(tuned: dict[str, Any]) -> str:
     """RESULTS.md's section on a reference's fine-tuning run."""
     s = tuned["summary"]
-    throughput = f"{s['samples_per_s']:,.0f} samples/s" if s.get("samples_per_s") else "n/a"
     return f"""
 ## Fine-tuning a pretrained model
 
@@ -188,10 +193,7 @@ The same project fine-tuning `{tuned["model"]}`
 | | |
 |---|---|
 | validation {s["metric"]} | **{s["value"]:.4f}** |
-| steps, epochs | {s["steps"]}, {s["epochs"]:g} |
-| training time | {s["wall_s"]:.1f} s (the whole process {tuned["process_s"]:.1f} s) |
-| throughput | {throughput} |
-| peak memory | {s["peak_mem_mb"]:.0f} MB per process |
+{run_rows(tuned)}
 
 ![Loss and validation {s["metric"]} by step, fine-tuning]({FINE_TUNED_PNG})
 
