@@ -132,7 +132,8 @@ def launched(tmp_path_factory, embedded_args, fine_tuning):
         "from-one": run("from-one", "--resume", str(root / "one/checkpoints/step-000003.pt")),
         "profiled": run("profiled", "--profile", "true"),
         "logged-every-2": run("logged-every-2", *every_2),
-        "fine-tuned": run("fine-tuned", *fine_tuning),
+        # Its export is tried before the first step on rank 0, which the others wait for.
+        "fine-tuned": run("fine-tuned", *fine_tuning, "--export_at_end", "true"),
     }
     # SIGTERM reaches rank 1 a step before rank 0, as a scheduler's signal may reach the
     # processes on either side of a step: they must agree to stop at the next log step.
@@ -199,6 +200,7 @@ def test_a_backbone_that_thaws_in_two_processes_learns_from_both_halves(
 ):
     root, _ = launched
     assert_close_runs(root / "fine-tuned", one_process("fine-tuned", *fine_tuning))
+    assert (root / "fine-tuned" / "export" / "model.json").is_file()
 
 
 def test_only_rank_0_writes_and_each_step_is_logged_once(launched):

@@ -2,6 +2,7 @@
 one line. test_predict.py runs the artifact on real data and the README's example."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 from calls import refusal
 from huggingface_hub import ModelCard
+from unexportable import Unexportable
 
 from image_classification_loaded import export as export_module
 from image_classification_loaded import task
@@ -17,8 +19,10 @@ from image_classification_loaded.artifact import (
     FILE_NAME,
     ExportError,
     load_artifact,
+    save_artifact,
 )
 from image_classification_loaded.checkpoint import load_checkpoint
+from image_classification_loaded.config import load_config
 from image_classification_loaded.export import (
     ATOL,
     EXAMPLE_BATCH,
@@ -83,6 +87,17 @@ def test_a_failed_check_exits_non_zero_and_keeps_the_verified_export(run, monkey
     assert "max abs error" in message and "max rel error" in message and "tolerance" in message
     assert (run / "export" / "model.json").read_text() == verified
     assert {path.name for path in (run / "export").iterdir()} == {FILE_NAME, "model.json"}
+
+
+def test_a_model_the_exporter_cannot_take_is_one_line_naming_it(tmp_path):
+    inputs = {"inputs": torch.ones(2, 3)}
+    batch = ({0: torch.export.Dim("batch")},)
+    with pytest.raises(ExportError) as refused:
+        model = Unexportable().eval()
+        save_artifact(model, inputs, batch, ["out"], tmp_path / FILE_NAME, load_config([]))
+    message = str(refused.value)
+    assert re.match(r"\S.* (cannot export|neither script nor trace) Unexportable: \S", message)
+    assert "\n" not in message and "\x1b" not in message, message
 
 
 @pytest.mark.parametrize("checkpoint", ["latest", "best", "path"])

@@ -15,11 +15,12 @@ from calls import refusal
 from PIL import Image
 from run_logs import assert_same_end, logged
 from sklearn.datasets import load_digits
+from unexportable import Unexportable
 
+from image_classification_loaded import export as export_module
 from image_classification_loaded.checkpoint import load_checkpoint
 from image_classification_loaded.config import load_config
 from image_classification_loaded.data import build_datasets, stratified_split
-from image_classification_loaded.export import main as export
 from image_classification_loaded.model import build_model
 from image_classification_loaded.predict import load_trained, predict
 from image_classification_loaded.train import main as train
@@ -82,6 +83,17 @@ def test_a_fine_tuning_run_killed_and_rerun_ends_exactly_as_an_unkilled_one(
     assert_same_end(resumed, whole, 6)
 
 
+def test_a_resume_with_another_source_of_weights_is_refused_and_writes_nothing(
+    fine_tune, short_run, tmp_path
+):
+    train(fine_tune("--max_steps", "2"))
+    files = {path: path.read_bytes() for path in (tmp_path / "run").rglob("*") if path.is_file()}
+    message = refusal(train, short_run("--max_steps", "4"))  # the same run, from scratch
+    assert "pretrained " in message and "--resume_changed true" in message, message
+    assert {path: path.read_bytes() for path in files} == files
+    assert {path for path in (tmp_path / "run").rglob("*") if path.is_file()} == files.keys()
+
+
 def test_predictions_from_model_dir_alone_reproduce_the_evaluation(
     fine_tune, pretrained_folder, tmp_path
 ):
@@ -100,12 +112,32 @@ def test_predictions_from_model_dir_alone_reproduce_the_evaluation(
 
 
 def test_the_export_of_a_fine_tuned_model_agrees_at_the_models_input_size(fine_tune, tmp_path):
-    train(fine_tune())
-    report = export(["--output_dir", str(tmp_path / "run")])
-    assert report["max_abs_error"] <= report["atol"] or report["max_rel_error"] <= report["rtol"]
+    train(fine_tune("--export_at_end", "true"))
+    # Tried before the first step on a fork of the random state: the run is the one without it.
+    train(fine_tune(output_dir=tmp_path / "unexported"))
+    assert_same_end(tmp_path / "run", tmp_path / "unexported", final_step=6)
     description = json.loads((tmp_path / "run" / "export" / "model.json").read_text())
+    verified = description["verified"]
+    assert (
+        verified["max_abs_error"] <= verified["atol"]
+        or verified["max_rel_error"] <= verified["rtol"]
+    )
     assert description["inputs"][0]["shape"] == ["batch", 3, 16, 16]
     assert description["preprocess"]["mean"] == [0.5, 0.5, 0.5]
+
+
+def test_a_model_the_export_cannot_take_is_refused_before_training(
+    monkeypatch, fine_tune, tmp_path
+):
+    # The export at the end is tried on the freshly built model before the first step.
+    monkeypatch.setattr(export_module, "build_model", lambda cfg, preprocess: Unexportable())
+    message = refusal(train, fine_tune("--export_at_end", "true"))
+    assert re.match(
+        r"error: --pretrained: '.*' cannot be exported at the end of training \(.*"
+        r"Unexportable: .*\); pass --export_at_end false, or choose another model",
+        message,
+    ), message
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.fixture(scope="module")

@@ -109,6 +109,17 @@ def test_a_frozen_backbone_stays_as_it_came_then_learns_and_the_run_resumes_exac
     assert_same_end(resumed, whole, 6)
 
 
+def test_a_resume_with_another_source_of_weights_is_refused_and_writes_nothing(
+    fine_tune, short_run, tmp_path
+):
+    train(fine_tune("--max_steps", "2"))
+    files = {path: path.read_bytes() for path in (tmp_path / "run").rglob("*") if path.is_file()}
+    message = refusal(train, short_run("--max_steps", "4"))  # the same run, from scratch
+    assert "pretrained " in message and "--resume_changed true" in message, message
+    assert {path: path.read_bytes() for path in files} == files
+    assert {path for path in (tmp_path / "run").rglob("*") if path.is_file()} == files.keys()
+
+
 def test_predictions_from_model_dir_alone_reproduce_the_evaluation(
     fine_tune, pretrained_folder, tmp_path
 ):

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from .config import TrainConfig
+from .utils.errors import first_line, root_cause
 
 FORMAT = "onnx"
 FILE_NAME = "model.onnx"
@@ -41,22 +42,28 @@ def save_artifact(
             f"--opset: got {cfg.opset}, but the installed onnx {onnx.__version__} knows "
             f"opsets up to {newest}"
         )
-    program = torch.onnx.export(
-        model,
-        tuple(inputs.values()),
-        dynamo=True,  # explicit: older PyTorch defaults to the deprecated exporter
-        input_names=list(inputs),
-        output_names=outputs,
-        opset_version=cfg.opset,
-        dynamic_shapes=dynamic_shapes,
-        verbose=False,
-    )
+    try:
+        program = torch.onnx.export(
+            model,
+            tuple(inputs.values()),
+            dynamo=True,  # explicit: older PyTorch defaults to the deprecated exporter
+            input_names=list(inputs),
+            output_names=outputs,
+            opset_version=cfg.opset,
+            dynamic_shapes=dynamic_shapes,
+            verbose=False,
+        )
+    except Exception as error:  # torch.export's and the translation's many error types
+        # The exporter's own message is generic ("failed to export"); its cause says why.
+        raise ExportError(
+            f"torch.onnx cannot export {type(model).__name__}: {first_line(root_cause(error))}"
+        ) from None
     # Weights inside the one file (ONNX's protobuf limit: 2 GB), so the artifact is one file.
     program.save(str(path), external_data=False)
     try:
         onnx.checker.check_model(str(path), full_check=True)  # full: shape inference too
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
-        raise ExportError(f"onnx.checker rejects '{path}': {_first_line(error)}") from None
+        raise ExportError(f"onnx.checker rejects '{path}': {first_line(error)}") from None
     # Opsets the exporter does not implement are converted after writing, and when that
     # fails it keeps the opset it wrote: a silent difference, checked here.
     opsets = {o.domain: o.version for o in onnx.load(str(path)).opset_import}
@@ -75,7 +82,7 @@ def load_artifact(path: Path) -> Callable[[Tensor], Tensor]:
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime raises its own types (Fail, InvalidGraph, ...)
         raise ExportError(
-            f"onnxruntime {onnxruntime.__version__} cannot load '{path}': {_first_line(error)}"
+            f"onnxruntime {onnxruntime.__version__} cannot load '{path}': {first_line(error)}"
         ) from None
     name = session.get_inputs()[0].name
 
@@ -84,8 +91,3 @@ def load_artifact(path: Path) -> Callable[[Tensor], Tensor]:
         return torch.from_numpy(logits)
 
     return run
-
-
-def _first_line(error: Exception) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0][:200] if lines else type(error).__name__

@@ -38,6 +38,7 @@ from .config import ConfigError, TrainConfig, load_config
 from .data import Preprocess
 from .model import build_model
 from .utils.cli import Parser
+from .utils.errors import first_line
 from .utils.model_card import write_model_card
 
 # Exported with a batch of 2: torch.export treats sizes 0 and 1 as constants. Verified with
@@ -161,7 +162,7 @@ def verify(
             try:
                 actual = run_artifact(inputs)
             except Exception as error:  # each runtime raises its own types
-                reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+                reason = first_line(error)
                 raise ExportError(
                     f"{FILE_NAME} fails on a batch of {batch_size} ({reason}); the batch "
                     "dimension must be dynamic"
@@ -187,6 +188,25 @@ def verify(
         "atol": ATOL,
         "rtol": RTOL,
     }
+
+
+def check_exportable(cfg: TrainConfig, preprocess: Preprocess) -> None:
+    """Export a --pretrained run's freshly built model to a scratch folder, verified: an
+    architecture the export cannot take is refused before training, not after it.
+
+    Building the model draws its new head's weights: on a fork of the random state, so that
+    the run trains as it would without the check.
+    """
+    scratch_folder = tempfile.TemporaryDirectory(prefix="export-check-")
+    with torch.random.fork_rng(devices=[]), scratch_folder as scratch:
+        model = build_model(cfg, preprocess).eval()
+        try:
+            export_model(model, preprocess, cfg, Path(scratch), {"checkpoint": None, "step": 0})
+        except ExportError as error:
+            raise ConfigError(
+                f"--pretrained: '{cfg.pretrained}' cannot be exported at the end of training "
+                f"({error}); pass --export_at_end false, or choose another model"
+            ) from None
 
 
 def describe(report: dict[str, Any]) -> str:

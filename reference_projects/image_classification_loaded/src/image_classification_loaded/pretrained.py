@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from .config import ConfigError, TrainConfig
 from .data import Preprocess
+from .utils.errors import first_line
 
 try:
     import transformers
@@ -56,7 +57,7 @@ class PretrainedImages(Preprocess):
         try:
             processor = AutoImageProcessor.from_pretrained(source)
         except (OSError, ValueError, TypeError, KeyError) as error:
-            reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
+            reason = first_line(error, 120)
             raise ConfigError(
                 f"--pretrained: '{source}' holds no usable image processor "
                 f"(preprocessor_config.json): {reason}"
@@ -154,7 +155,7 @@ def _config(source: str):
                 f"cache, and HF_HUB_OFFLINE is set; fetch it once with network (`hf download "
                 f"{source}`) or pass a folder"
             ) from None
-        reason = str(error).strip().splitlines()[0][:160] if str(error).strip() else ""
+        reason = first_line(error, 160)
         raise ConfigError(
             f"--pretrained: '{source}' is not a local model folder nor a model id the Hugging "
             f"Face Hub could serve ({reason})"

@@ -24,7 +24,7 @@ from .checkpoint import CheckpointError, Progress
 from .config import ConfigError, TrainConfig, apply_fast_dev_run, load_config
 from .data import build_datasets
 from .evaluate import early_stopping, evaluate
-from .export import ExportError, describe, export_run
+from .export import ExportError, check_exportable, describe, export_run
 from .loaders import DataError, build_loaders
 from .model import build_model
 from .optim import FEW_STEPS, TrainStep, backbone_frozen, build_optimizer, prepare
@@ -102,7 +102,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     progress, resumed_from, state = resume_point(
         cfg, datasets.fingerprint, accelerator.num_processes, batches_per_epoch, total_steps
     )
-    on_main_process(accelerator, lambda: start_run_folder(cfg, datasets, accelerator))
+    on_main_process(accelerator, lambda: _open_run_folder(cfg, datasets, accelerator, resumed_from))
 
     # --- model, optimizer and the resumed state
     model, raw_model = _model_on_device(cfg, datasets.preprocess, accelerator)
@@ -211,6 +211,16 @@ def _model_on_device(
     # shapes: one shape-generic graph costs less than a static one, then a dynamic one.
     # Evaluation runs raw_model: a smaller last batch and eval-mode BatchNorm would recompile.
     return torch.compile(model, dynamic=task.DYNAMIC_SHAPES, disable=not cfg.compile), raw_model
+
+
+def _open_run_folder(
+    cfg: TrainConfig, datasets: Any, accelerator: Accelerator, resumed_from: Path | None
+) -> None:
+    """The run folder, once a new fine-tuning run's export has been tried on the model as
+    built: an architecture the export cannot take is refused before anything is written."""
+    if resumed_from is None and cfg.pretrained is not None and cfg.export_at_end:
+        check_exportable(cfg, datasets.preprocess)
+    start_run_folder(cfg, datasets, accelerator)
 
 
 def _total_steps(cfg: TrainConfig, batches_per_epoch: int) -> int:

@@ -28,6 +28,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .average import averaged_weights
+from .utils.errors import first_line
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +109,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # truncated or corrupt files raise many different errors
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise CheckpointError(f"checkpoint '{path}' is unreadable ({reason[:120]})") from None
+        reason = first_line(error, 120)
+        raise CheckpointError(f"checkpoint '{path}' is unreadable ({reason})") from None
     if not isinstance(payload, dict) or not {MODEL, PROGRESS} <= payload.keys():
         raise CheckpointError(f"checkpoint '{path}' is not a training checkpoint of this project")
     version = payload.get(FORMAT, 1)

@@ -20,6 +20,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from .config import ConfigError, TrainConfig
+from .utils.errors import first_line
 
 try:
     import transformers
@@ -83,7 +84,7 @@ class PretrainedTokens:
             tokenizer = AutoTokenizer.from_pretrained(source)
             backend = tokenizer.backend_tokenizer
         except (OSError, ValueError, TypeError, AttributeError) as error:
-            reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else ""
+            reason = first_line(error, 120)
             raise ConfigError(f"{missing} ({reason})") from None
         # Without its files, Transformers builds a tokenizer of the special tokens alone,
         # which would read every word as unknown.
@@ -203,7 +204,7 @@ def _config(source: str):
                 f"cache, and HF_HUB_OFFLINE is set; fetch it once with network (`hf download "
                 f"{source}`) or pass a folder"
             ) from None
-        reason = str(error).strip().splitlines()[0][:160] if str(error).strip() else ""
+        reason = first_line(error, 160)
         raise ConfigError(
             f"--pretrained: '{source}' is not a local model folder nor a model id the Hugging "
             f"Face Hub could serve ({reason})"
