@@ -46,6 +46,7 @@ demo: setup
 # worksteal: a few tests take minutes (a project's whole suite); an idle worker takes over
 # queued ones instead of waiting for a busy worker's share to run out.
 test: setup
+	$(PY) -m generator report status  # whether docs/MATRIX.md is of this template: informs only
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal
 	$(PY) -m generator check --pairwise --device cpu --jobs $(CHECK_JOBS) --project-tests rest \
 		--report build/check/pairwise

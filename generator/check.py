@@ -37,6 +37,7 @@ from pathlib import Path
 
 from generator.answers import Answer, Answers, AnswerSpace
 from generator.checks import static_problems
+from generator.cpu import thread_cpu_s
 from generator.launch import (
     Options,
     ProcessFailure,
@@ -66,7 +67,8 @@ class StageFailure(Exception):
 class Stage:
     name: str
     status: str  # pass | fail
-    seconds: float
+    seconds: float  # wall time
+    cpu_s: float = 0.0  # CPU time: its thread's and its processes' (generator.cpu)
 
 
 @dataclass
@@ -140,7 +142,7 @@ def check_combination(
         result.notes.append(f"trained with {' '.join(AVERAGED)}")
     run.sweep_tests = result.slug not in options.without_sweep_tests
     for name, stage in stages:
-        start, failure = time.perf_counter(), None
+        start, cpu_start, failure = time.perf_counter(), run.cpu_s(), None
         try:
             stage()
         except (StageFailure, ProcessFailure) as error:
@@ -150,7 +152,8 @@ def check_combination(
         except Exception:  # a bug or an unexpected error fails this combination, not the check
             failure = traceback.format_exc()
         status = "pass" if failure is None else "fail"
-        result.stages.append(Stage(name, status, round(time.perf_counter() - start, 2)))
+        seconds, cpu_s = time.perf_counter() - start, run.cpu_s() - cpu_start
+        result.stages.append(Stage(name, status, round(seconds, 2), round(cpu_s, 2)))
         if failure is not None:
             result.log_tail = tail(failure) or "(no output)"
             break
@@ -169,6 +172,11 @@ class _Run:
         self.first_steps = 0  # steps the fast dev run trained
         self.first_metrics = ""  # its metrics.jsonl, which the resume must keep
         self.sweep_tests = True  # whether its own suite runs the whole-sweep tests
+
+    def cpu_s(self) -> float:
+        """CPU seconds used so far by this thread and the processes it ran, forked ones too."""
+        forked = self.client.children_cpu_s if self.client else 0.0
+        return thread_cpu_s() + forked
 
     def render(self) -> None:
         with _RENDER_LOCK:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import functools
 import re
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
 from ruff.__main__ import find_ruff_bin
 
+from generator import cpu
 from generator.answers import Answer
 from generator.render import ANSWERS_FILE
 
@@ -42,6 +42,7 @@ CHOICE_MARKERS: dict[str, dict[Answer, tuple[str, ...]]] = {
 
 # The binary itself: `python -m ruff` would start an interpreter to find it, twice a render.
 RUFF = find_ruff_bin()
+RUFF_TIMEOUT_S = 300  # seconds: ruff takes well under one on a project
 _JINJA = re.compile(r"(?<!\$)\{\{|\{%")  # GitHub Actions' `${{ }}` is rendered output
 _TYPED_MARKER = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{\{|\{%")
 
@@ -88,10 +89,9 @@ def ruff_problems(project: Path) -> list[str]:
     problems = []
     for args in (["format", "--check"], ["check", "--output-format", "concise"]):
         command = [RUFF, *args, "--no-cache", "."]
-        result = subprocess.run(command, cwd=project, capture_output=True, text=True)
+        result = cpu.run(command, cwd=project, timeout_s=RUFF_TIMEOUT_S)
         if result.returncode != 0:
-            output = (result.stdout + result.stderr).strip()
-            problems.append(f"ruff {args[0]} failed:\n{output}")
+            problems.append(f"ruff {args[0]} failed:\n{result.stdout.strip()}")
     return problems
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from copier.errors import CopierError
 
-from generator import commands, references
+from generator import commands, matrix_doc, references
 from generator.selection import SAMPLES
 
 
@@ -71,10 +71,11 @@ def get_parser() -> argparse.ArgumentParser:
         "--project-tests",
         choices=SAMPLES,
         default="sample",
-        help="which combinations also run their own tests: sample (default), rest, all or "
-        "none; the sample is a greedy cover of the selection that uses each of its choices, and "
-        "each task with each mixed_precision and each distributed choice, once or more, taken "
-        "before --shard; rest covers only what the reference projects leave unused, for runs "
+        help="which combinations also run their own tests: sample (default), pairwise, rest, "
+        "all or none; the sample is a greedy cover of the selection that uses each of its "
+        "choices, and each task with each mixed_precision and each distributed choice, once or "
+        "more; pairwise is the selection's pairwise set (what --pairwise checks); both are "
+        "taken before --shard; rest covers only what the reference projects leave unused, for runs "
         "whose reference projects' tests run too (make test); of those, only the fewest "
         "that give every choice to the whole-sweep tests (marker sweep) run them",
     )
@@ -89,15 +90,47 @@ def get_parser() -> argparse.ArgumentParser:
         "temporary folder, removed at the end)",
     )
     _add_references(commands)
-    report = commands.add_parser("report", help="merge the reports of a check's shards")
-    merge = report.add_subparsers(dest="action", required=True).add_parser(
+    report = commands.add_parser(
+        "report", help="merge the reports of a check's shards; write and date docs/MATRIX.md"
+    )
+    actions = report.add_subparsers(dest="action", required=True)
+    merge = actions.add_parser(
         "merge",
         help="one report.json and report.md from shards' reports; exit 1 if any combination "
         "failed, 2 if the shards do not belong together (other commits, devices, overlaps)",
     )
     merge.add_argument("shards", nargs="+", type=Path, metavar="DIR", help="a shard's --report")
     merge.add_argument("--report", type=Path, required=True, metavar="DIR", help="where to write")
+    _add_matrix_doc(actions)
     return parser
+
+
+def _add_matrix_doc(actions: argparse._SubParsersAction) -> None:
+    write = actions.add_parser(
+        "matrix",
+        help="write docs/MATRIX.md from the whole matrix's shard reports (docs/matrix/"
+        "shard-I-of-N/report.json); exit 2 if there are none or they do not belong together",
+    )
+    status = actions.add_parser(
+        "status",
+        help="one line: whether docs/MATRIX.md was checked on HEAD's template (tree hashes), "
+        "or which template commits came after it; always exit 0",
+    )
+    for action in (write, status):
+        action.add_argument(
+            "--root",
+            type=Path,
+            default=matrix_doc.MATRIX_DIR,
+            metavar="DIR",
+            help="the folder of shard reports (default: docs/matrix/)",
+        )
+    write.add_argument(
+        "--out",
+        type=Path,
+        default=matrix_doc.MATRIX_MD,
+        metavar="FILE",
+        help="where to write (default: docs/MATRIX.md)",
+    )
 
 
 def _add_references(commands: argparse._SubParsersAction) -> None:
@@ -201,8 +234,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return commands.check_combinations(args, sys.argv[1:] if argv is None else list(argv))
         if args.command == "references":
             return commands.run_references(args)
-        if args.command == "report":
+        if args.command == "report" and args.action == "merge":
             return commands.merge_reports(args, sys.argv[1:] if argv is None else list(argv))
+        if args.command == "report":
+            return commands.matrix_report(args)
         return commands.render_project(args)
     except (ValueError, CopierError) as error:  # copier reports a failed validator as ValueError
         message = " ".join(str(error).split())  # copier's messages may span lines

@@ -17,13 +17,14 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from generator import reference_runs, references
+from generator import matrix_doc, reference_runs, references
 from generator.answers import AnswerError, Answers, AnswerSpace, load_space
 from generator.check import Result
 from generator.launch import Options, processes, visible_gpus
 from generator.parallel import check_all
+from generator.provenance import machine, now, template_commit, template_trees
 from generator.render import render
-from generator.report import merge, template_commit, write_report
+from generator.report import merge, write_report
 from generator.selection import Shard, check_selection, select, sweep_sample
 from generator.server import ServerDied
 
@@ -73,6 +74,8 @@ def check_combinations(args: argparse.Namespace, argv: Sequence[str]) -> int:
             f"{args.jobs} at a time, in {workdir}",
             flush=True,
         )
+        # Before anything renders: what the combinations are rendered from.
+        started, commit, trees = now(), template_commit(), template_trees()
         start, cpu_start = time.perf_counter(), _cpu_seconds()
         try:
             results = check_all(
@@ -99,7 +102,11 @@ def check_combinations(args: argparse.Namespace, argv: Sequence[str]) -> int:
             "steps": args.steps,
             "wall_s": round(wall_s, 1),
             "cpu_s": round(cpu_s, 1),
-            "commit": template_commit(),
+            "commit": commit,
+            "trees": trees,
+            "started": started,
+            "finished": now(),
+            "machine": machine(),
         }
         print(f"report: {write_report(args.report, results, meta)}")
     return 1 if failed else 0
@@ -111,6 +118,15 @@ def merge_reports(args: argparse.Namespace, argv: Sequence[str]) -> int:
     print(f"{len(results) - failed} passed, {failed} failed in {len(args.shards)} shard(s)")
     print(f"report: {write_report(args.report, results, meta)}")
     return 1 if failed else 0
+
+
+def matrix_report(args: argparse.Namespace) -> int:
+    """`report matrix` writes docs/MATRIX.md; `report status` prints whether it is current."""
+    if args.action == "status":
+        print(matrix_doc.status(args.root))
+        return 0
+    print(f"wrote {matrix_doc.write(args.root, args.out)}")
+    return 0
 
 
 def run_references(args: argparse.Namespace) -> int:

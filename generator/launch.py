@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from generator import cpu
 from generator.answers import Answer
 from generator.server import Client, describe
 
@@ -91,16 +92,9 @@ def tail(text: str, lines: int = TAIL_LINES) -> str:
 
 
 def run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run `command` in `cwd`, its output and errors together in one text, within TIMEOUT_S."""
-    return subprocess.run(
-        command,
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+    """Run `command` in `cwd`, its output and errors together in one text, within TIMEOUT_S;
+    its CPU time counts in the thread's (generator.cpu)."""
+    return cpu.run(command, cwd=cwd, env=env, timeout_s=TIMEOUT_S)
 
 
 def shown(command: Sequence[str]) -> str:

@@ -5,32 +5,19 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from generator import REPO_ROOT
 from generator.answers import Answer, answer_text
 from generator.check import Result, Stage
+
+# What shards must share, by the key reports record it under.
+_KINDS = {"trees": "templates (tree hashes)", "commit": "commits", "device": "devices"}
 
 
 class ReportError(ValueError):
     """Reports that cannot be merged, or a file that is not one; the message is one line."""
-
-
-def template_commit() -> str:
-    """The commit of the template checked (`+dirty` with uncommitted changes), recorded in
-    each report so that shards of different commits are never merged."""
-    git = ["git", "-C", str(REPO_ROOT)]
-    try:
-        commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True)
-    except OSError:
-        return "unknown"
-    if commit.returncode:
-        return "unknown"
-    return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def reproduce(answers: Mapping[str, Answer], device: str) -> str:
@@ -110,15 +97,18 @@ def merge(paths: Sequence[Path], command: str) -> tuple[list[Result], dict[str, 
     """The results and meta of one report made of the shards' reports (a report.json, or
     the folder holding one), in the order given.
 
-    Refused in one line: a file that is not a report, shards of different commits or
-    devices, and a combination in two shards (overlapping selections)."""
-    reports = [(path, _read_report(path)) for path in paths]
+    Refused in one line: a file that is not a report, shards of different templates (their
+    `trees`; of different commits for reports made before they recorded trees) or devices,
+    and a combination in two shards (overlapping selections). Shards of one template run on
+    other commits, days and machines merge."""
+    reports = [(path, read_report(path)) for path in paths]
     if not reports:
         raise ReportError("no reports to merge")
-    for key in ("commit", "device"):
-        values = sorted({str(report.get(key)) for _, report in reports})
+    same = "trees" if all("trees" in report for _, report in reports) else "commit"
+    for key in (same, "device"):
+        values = sorted({json.dumps(report.get(key), sort_keys=True) for _, report in reports})
         if len(values) > 1:
-            raise ReportError(f"the reports are of different {key}s ({', '.join(values)})")
+            raise ReportError(f"the reports are of different {_KINDS[key]} ({'; '.join(values)})")
     results: list[Result] = []
     where: dict[str, Path] = {}
     for path, report in reports:
@@ -134,6 +124,8 @@ def merge(paths: Sequence[Path], command: str) -> tuple[list[Result], dict[str, 
     meta = {
         "command": command,
         "commit": first.get("commit"),
+        "commits": sorted({str(report.get("commit")) for _, report in reports}),
+        "trees": first.get("trees"),
         "device": first["device"],
         "jobs": first["jobs"],
         "server": first.get("server"),
@@ -145,7 +137,7 @@ def merge(paths: Sequence[Path], command: str) -> tuple[list[Result], dict[str, 
     return results, meta
 
 
-def _read_report(path: Path) -> dict[str, Any]:
+def read_report(path: Path) -> dict[str, Any]:
     file = path / "report.json" if path.is_dir() else path
     try:
         report = json.loads(file.read_text(encoding="utf-8"))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from generator import REPO_ROOT
 from generator.answers import answer_text, load_space
 from generator.launch import processes
+from generator.provenance import cpu_model
 from generator.render import package_of
 
 if TYPE_CHECKING:
@@ -106,19 +107,9 @@ def machine() -> dict[str, Any]:
     cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     return {
         "platform": platform.platform(),
-        "cpu": _cpu_model() or platform.machine(),
+        "cpu": cpu_model(),
         "cpus": len(cpus) if cpus else os.cpu_count(),
     }
-
-
-def _cpu_model() -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
 
 
 def template_version() -> str:

@@ -19,7 +19,7 @@ from generator.references import reference_combinations
 
 T = TypeVar("T")
 
-SAMPLES = ("sample", "rest", "all", "none")  # the choices of `check --project-tests`
+SAMPLES = ("sample", "pairwise", "rest", "all", "none")  # the choices of `check --project-tests`
 
 _SHARD = re.compile(r"^(\d+)/(\d+)$")
 
@@ -111,6 +111,10 @@ def check_selection(
         sample = rest_sample(space, matching(space.combinations(), fixed))
     elif project_tests == "sample":
         sample = covering(space, selection, (), TESTED_PAIRS)
+    elif project_tests == "pairwise":
+        # The set `--pairwise` checks: every two choices of any two questions meet in a
+        # combination whose own tests pass.
+        sample = pairwise(space, selection, first=rest_sample(space, selection))
     else:
         sample = selection if project_tests == "all" else []
     combinations = parsed.take(selection, space.slug)

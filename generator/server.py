@@ -15,7 +15,8 @@ torchrun, when one exits with an error the others are stopped.
 
 Protocol, one JSON object per line: the client writes a request ({"module", "args", "cwd",
 "env", "log", "processes"}); the server answers {"pids": [...]} once the children run, then
-{"codes": [...]}, each child's exit code, negative for the signal that ended it.
+{"codes": [...], "cpu_s": S}: each child's exit code, negative for the signal that ended it,
+and the CPU seconds they used together.
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def serve() -> None:
         request = json.loads(line)
         pids = _start(request)
         replies.write(json.dumps({"pids": pids}) + "\n")
-        replies.write(json.dumps({"codes": _wait(pids)}) + "\n")
+        codes, cpu_s = _wait(pids)
+        replies.write(json.dumps({"codes": codes, "cpu_s": cpu_s}) + "\n")
 
 
 def _start(request: Mapping) -> list[int]:
@@ -156,20 +158,23 @@ def _exit_code(code: object) -> int:
     return 1
 
 
-def _wait(pids: Sequence[int]) -> list[int]:
-    """Each child's code; the first that fails stops the others, as torchrun does."""
+def _wait(pids: Sequence[int]) -> tuple[list[int], float]:
+    """Each child's code, and the CPU seconds they used (their own children's included); the
+    first that fails stops the others, as torchrun does."""
     codes: dict[int, int] = {}
+    cpu_s = 0.0
     while len(codes) < len(pids):
-        pid, status = os.wait()
+        pid, status, usage = os.wait4(-1, 0)
         if pid not in pids:
             continue
         codes[pid] = os.waitstatus_to_exitcode(status)
+        cpu_s += usage.ru_utime + usage.ru_stime
         if codes[pid] != 0:
             for other in pids:
                 if other not in codes:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(other, signal.SIGTERM)
-    return [codes[pid] for pid in pids]
+    return [codes[pid] for pid in pids], round(cpu_s, 3)
 
 
 class Client:
@@ -179,6 +184,7 @@ class Client:
         self._process: subprocess.Popen[bytes] | None = None
         self._pending = b""  # read from the server, not yet a whole line
         self.restarts = 0
+        self.children_cpu_s = 0.0  # CPU seconds of every process the server forked for it
 
     def run(
         self,
@@ -223,13 +229,15 @@ class Client:
             raise ServerDied(f"the process server exited ({process.poll()})") from error
         pids = self._reply(None)["pids"]
         try:
-            return self._reply(time.monotonic() + timeout_s)["codes"]
+            finished = self._reply(time.monotonic() + timeout_s)
         except TimeoutError:
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGKILL)
-            self._reply(None)  # the codes of the killed children
+            self.children_cpu_s += self._reply(None)["cpu_s"]  # the killed children's
             raise
+        self.children_cpu_s += finished["cpu_s"]
+        return finished["codes"]
 
     def _reply(self, deadline: float | None) -> dict:
         """The server's next line; read unbuffered, so that waiting can time out."""

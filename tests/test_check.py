@@ -19,8 +19,9 @@ from generator.check import Result, Stage, check_combination
 from generator.cli import main
 from generator.launch import Options
 from generator.parallel import check_all
+from generator.provenance import template_commit, template_trees
 from generator.references import REFERENCES_DIR, SWEEP_TEST_TASKS, reference_combinations
-from generator.report import as_markdown, reproduce, template_commit, write_report
+from generator.report import as_markdown, reproduce, write_report
 from generator.run_folder import run_folder_problems
 from generator.selection import select
 from generator.server import Client
@@ -170,8 +171,8 @@ def test_report_has_a_row_per_combination_and_each_failure_in_full(tmp_path: Pat
     row = report["results"][1]
     assert row["failed_stage"] == "lint" and row["log_tail"] == "ruff!"
     assert row["stages"] == [
-        {"name": "render", "status": "pass", "seconds": 1},
-        {"name": "lint", "status": "fail", "seconds": 2},
+        {"name": "render", "status": "pass", "seconds": 1, "cpu_s": 0.0},
+        {"name": "lint", "status": "fail", "seconds": 2, "cpu_s": 0.0},
     ]
     assert as_markdown([passed], META | {"wall_s": 5}).count("\n## ") == 0
 
@@ -208,7 +209,10 @@ def test_a_launch_that_fails_fails_the_train_stage_with_its_output(
     code = main(["check", *all_fixed(DEFAULTS), *plain, "--report", str(report)])
     assert code == 1
     written = json.loads((report / "report.json").read_text(encoding="utf-8"))
-    assert written["commit"] == template_commit()  # so that shards of one commit merge
+    assert written["commit"] == template_commit()
+    assert written["trees"] == template_trees()  # so that shards of one template merge
+    assert {"cpu", "cores", "memory_gb", "python", "torch"} <= written["machine"].keys()
+    assert written["started"] <= written["finished"]
     row = written["results"][0]
     assert row["failed_stage"] == "train"
     assert "exited 3" in row["log_tail"] and "no rendezvous" in row["log_tail"]
@@ -244,6 +248,9 @@ def test_a_combination_passes_every_stage(exporting_check: tuple) -> None:
     result, run = exporting_check
     assert result.ok, result.log_tail
     assert [s.name for s in result.stages] == [*FAST_STAGES, "export"]
+    # Each stage's CPU: the forked runs' (train: a process that trains) and the thread's own.
+    cpu_s = {stage.name: stage.cpu_s for stage in result.stages}
+    assert cpu_s["train"] > 0.5 and all(seconds > 0 for seconds in cpu_s.values()), cpu_s
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     assert summary["steps"] == 4 + 2  # the fast dev run's, then the resume's
     # Both runs averaged the weights (the resume refuses another ema_decay than its checkpoint's).

@@ -19,7 +19,7 @@ from generator.answers import AnswerError, Answers, AnswerSpace, Axis, load_spac
 from generator.checks import CHOICE_MARKERS, static_problems
 from generator.pairwise import pairwise
 from generator.render import many_renders, render, template_copy
-from generator.selection import Shard, select
+from generator.selection import Shard, check_selection, select
 
 SPACE = load_space()
 COMBINATIONS = SPACE.combinations()
@@ -170,3 +170,15 @@ def test_every_shard_gets_every_choice(count: int) -> None:
         _, shard = select(SPACE, shard=Shard(index, count))
         for axis in SPACE.axes:
             assert {c[axis.name] for c in shard} == set(axis.choices), (index, axis.name)
+
+
+def test_the_whole_matrix_can_test_its_pairwise_set_across_shards() -> None:
+    """`check --all --project-tests pairwise`: the combinations whose own tests run are the
+    pairwise set (every pair of answers meets in a tested suite), however it is sharded."""
+    shards = [check_selection(SPACE, [], f"{i}/4", project_tests="pairwise") for i in (1, 2, 3, 4)]
+    _, pairwise_set = select(SPACE, pairwise_only=True)
+    for _, sample in shards:
+        assert [SPACE.slug(c) for c in sample] == [SPACE.slug(c) for c in pairwise_set]
+    tested = [SPACE.slug(c) for combinations, sample in shards for c in combinations if c in sample]
+    assert sorted(tested) == sorted(SPACE.slug(c) for c in pairwise_set)
+    assert not missing_pairs(SPACE, pairwise_set)

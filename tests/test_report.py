@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from generator.check import Result, Stage
 from generator.cli import main
-from generator.report import template_commit, write_report
+from generator.provenance import committed_trees, template_commit, template_trees
+from generator.report import write_report
 
 STAGES = ("render", "lint", "train", "resume")
 
@@ -84,6 +86,21 @@ def test_shards_that_do_not_belong_together_are_refused(
     assert not out.exists(), "a refused merge writes nothing"
 
 
+def test_shards_of_one_template_merge_across_commits_and_of_two_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trees = {"copier.yml": "a" * 40, "template": "b" * 40, "includes": "c" * 40}
+    first = shard(tmp_path, 1, [result("a-1")], trees=trees)
+    second = shard(tmp_path, 2, [result("b-1")], trees=trees, commit="1" * 40)
+    out = tmp_path / "merged"
+    assert main(["report", "merge", str(first), str(second), "--report", str(out)]) == 0
+    merged = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert merged["trees"] == trees and merged["commits"] == ["0" * 40, "1" * 40]
+    third = shard(tmp_path, 3, [result("c-1")], trees=trees | {"template": "d" * 40})
+    assert main(["report", "merge", str(first), str(third), "--report", str(out)]) == 2
+    assert "of different templates (tree hashes)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("text", ["not json", "[]", '{"results": []}'])
 def test_a_file_that_is_not_a_report_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
@@ -96,3 +113,34 @@ def test_a_file_that_is_not_a_report_is_refused(
 
 def test_reports_name_the_commit_they_checked() -> None:
     assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", template_commit())
+
+
+def git(root: Path, *args: str) -> str:
+    command = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", *args]
+    return subprocess.run(command, capture_output=True, text=True, check=True).stdout
+
+
+def test_the_template_trees_are_the_working_trees_content_whatever_is_committed(
+    tmp_path: Path,
+) -> None:
+    git(tmp_path, "init", "-q")
+    (tmp_path / "template").mkdir()
+    (tmp_path / "includes").mkdir()
+    (tmp_path / "copier.yml").write_text("a: 1\n")
+    (tmp_path / "template" / "train.py").write_text("print(1)\n")
+    (tmp_path / "includes" / "part.jinja").write_text("x\n")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-q", "-m", "first")
+    assert template_trees(tmp_path) == committed_trees("HEAD", tmp_path)
+    (tmp_path / "template" / "train.py").write_text("print(2)\n")  # uncommitted
+    (tmp_path / "template" / "new.py").write_text("")  # untracked
+    changed = template_trees(tmp_path)
+    assert changed["template"] != committed_trees("HEAD", tmp_path)["template"]
+    assert {k: v for k, v in changed.items() if k != "template"} == {
+        k: v for k, v in committed_trees("HEAD", tmp_path).items() if k != "template"
+    }
+    status = git(tmp_path, "status", "--porcelain")
+    assert status == " M template/train.py\n?? template/new.py\n"  # its own index untouched
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-q", "-m", "second")
+    assert committed_trees("HEAD", tmp_path) == changed  # the same content, the same hashes

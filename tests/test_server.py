@@ -43,6 +43,11 @@ if __name__ == "__main__":
     if "--sleep" in args:
         import time
         time.sleep(float(args[args.index("--sleep") + 1]))
+    if "--busy" in args:
+        import time
+        end = time.process_time() + float(args[args.index("--busy") + 1])
+        while time.process_time() < end:
+            pass
 """
 
 
@@ -173,3 +178,12 @@ def test_a_server_that_dies_is_restarted_once_then_the_check_stops(client, proje
     client._process.kill()
     with pytest.raises(ServerDied):
         run(client, project)
+
+
+def test_the_cpu_time_of_the_processes_forked_for_a_client_adds_up(client, project):
+    run(client, project, "--sleep", "0.5")
+    asleep = client.children_cpu_s
+    assert asleep < 0.4  # a sleeping child costs little CPU
+    codes, _ = run(client, project, "--busy", "0.6", processes=2)
+    assert codes == [0, 0]
+    assert 2 * 0.6 <= client.children_cpu_s - asleep < 2 * 0.6 + 0.8  # both children's

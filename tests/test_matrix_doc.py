@@ -1,0 +1,116 @@
+"""docs/MATRIX.md is written from the whole matrix's shard reports by `python -m generator
+report matrix`, never by hand; `report status` says whether it was checked on HEAD's template."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from generator import REPO_ROOT, matrix_doc
+from generator.check import Result, Stage
+from generator.cli import main
+from generator.provenance import committed_trees
+from generator.report import write_report
+
+HEAD_TREES = committed_trees("HEAD")
+OLD_TREES = {path: "0" * 40 for path in HEAD_TREES}
+MACHINE = {"cpu": "Some CPU", "cores": 2, "memory_gb": 23.5, "system": "Linux", "python": "3.11"}
+
+
+def result(task: str, index: int, failing: str | None = None, tests: bool = False) -> Result:
+    names = ["render", "lint", "train", "resume", *(["tests"] if tests else [])]
+    names = names[: names.index(failing) + 1] if failing else names  # a check stops there
+    stages = [Stage(n, "fail" if n == failing else "pass", 2.0, 3.0) for n in names]
+    answers = {"task_type": task, "distributed": "single", "mixed_precision": "fp16"}
+    notes = ["fp16 runs as fp16 autocast on the CPU, without a GradScaler"]
+    return Result(f"{task}-{index}", answers, stages, notes, "the log" if failing else "")
+
+
+def shard(root: Path, index: int, count: int, results: list[Result], **meta) -> Path:
+    folder = root / f"shard-{index}-of-{count}"
+    meta = {
+        "command": f"python -m generator check --all --shard {index}/{count}",
+        "device": "cpu",
+        "jobs": 2,
+        "server": True,
+        "steps": 2,
+        "wall_s": 600.0,
+        "cpu_s": 1000.0,
+        "commit": "a" * 40,
+        "trees": HEAD_TREES,
+        "started": f"2026-12-0{index}T10:00:00Z",
+        "finished": f"2026-12-0{index}T10:10:00Z",
+        "machine": MACHINE,
+    } | meta
+    write_report(folder, results, meta)
+    return folder
+
+
+def test_the_document_counts_times_and_lists_what_the_shards_checked(tmp_path: Path) -> None:
+    shard(tmp_path, 1, 3, [result("image", 1, tests=True), result("text", 2)])
+    shard(tmp_path, 2, 3, [result("text", 3, failing="train")])
+    text = matrix_doc.markdown(matrix_doc.load(tmp_path))
+    assert "**3 of 960 combinations checked, 2 passed, 1 failed**; 1 ran their own tests" in text
+    assert "Shards not run yet: 3/3." in text
+    assert f"| tree of `template` | `{HEAD_TREES['template']}` |" in text
+    assert "| dates (UTC) | 2026-12-01T10:00:00Z to 2026-12-02T10:10:00Z |" in text
+    assert "| machine | Some CPU, 2 cores, 23.5 GB; Linux; Python 3.11, torch None |" in text
+    assert "| image | 1 | 1 | 1 | 10 s | 15 s |" in text  # 5 stages of 2 s wall, 3 s CPU
+    assert "| text | 2 | 1 | 0 | 14 s | 21 s |" in text  # the failing one stopped at train
+    assert "| train | 3 | 1 | 6 s | 9 s |" in text and "| tests | 1 | 0 | 2 s | 3 s |" in text
+    assert "In total: 20 min 0 s of wall time over 2 shards" in text
+    assert "- fp16 runs as fp16 autocast on the CPU, without a GradScaler (3)" in text
+    assert "- `text-3`: train (`python -m generator check --device cpu --set" in text
+    assert "| `image-1` | pass | yes | 10 |" in text and "| `text-3` | **FAIL** |  | 6 |" in text
+
+
+def test_the_command_writes_the_document_and_refuses_shards_of_two_templates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shard(tmp_path, 1, 2, [result("image", 1)])
+    out = tmp_path / "MATRIX.md"
+    assert main(["report", "matrix", "--root", str(tmp_path), "--out", str(out)]) == 0
+    assert out.read_text(encoding="utf-8") == matrix_doc.markdown(matrix_doc.load(tmp_path))
+    shard(tmp_path, 2, 2, [result("text", 2)], trees=OLD_TREES)
+    assert main(["report", "matrix", "--root", str(tmp_path), "--out", str(out)]) == 2
+    assert "of different templates (tree hashes)" in capsys.readouterr().err
+
+
+def last_template_commit() -> str:
+    log = ["git", "-C", str(REPO_ROOT), "log", "-n", "1", "--format=%H", "--", "template"]
+    return subprocess.run(log, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_the_status_says_whether_the_document_is_of_heads_template(tmp_path: Path) -> None:
+    assert matrix_doc.status(tmp_path) == (
+        "docs/MATRIX.md: the whole matrix has not been checked yet"
+    )
+    shard(tmp_path / "current", 1, 2, [result("image", 1)])
+    assert matrix_doc.status(tmp_path / "current") == (
+        "docs/MATRIX.md is current: HEAD's template, 1 combinations checked, 0 failed"
+    )
+    changed = last_template_commit()
+    before = f"{changed}~1"
+    shard(tmp_path / "old", 1, 2, [result("image", 1)], trees=OLD_TREES, commit=before)
+    line = matrix_doc.status(tmp_path / "old")
+    assert line.startswith("docs/MATRIX.md is not current (1 combinations checked, 0 failed): ")
+    assert f"template commit(s) came after it: {changed[:7]}" in line
+
+
+def test_make_test_prints_the_status_line() -> None:
+    makefile = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
+    test_target = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert "-m generator report status" in test_target
+
+
+def test_the_committed_document_is_what_the_generator_writes() -> None:
+    matrix = matrix_doc.load()
+    if matrix is None:
+        assert not matrix_doc.MATRIX_MD.exists(), "docs/MATRIX.md without shard reports"
+        return
+    written = matrix_doc.MATRIX_MD.read_text(encoding="utf-8")
+    assert written == matrix_doc.markdown(matrix), (
+        "docs/MATRIX.md differs from what `python -m generator report matrix` writes"
+    )
