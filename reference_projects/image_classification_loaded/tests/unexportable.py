@@ -1,12 +1,11 @@
-"""A model that no export target can take, for the tests of how an export failure is told."""
+"""A model that the export cannot take, for the tests of how an export failure is told."""
 
 from torch import Tensor, nn
 
 
 class Unexportable(nn.Module):
     """Python control flow on a tensor's value, variable arguments and a text output: what
-    torch.export cannot trace, TorchScript can neither script nor trace, and ONNX (through
-    torch.export) cannot take either."""
+    torch.export, which captures the model for the ONNX exporter, cannot take."""
 
     def forward(self, inputs: Tensor, **options) -> tuple[Tensor, str]:
         if inputs.float().mean() > 0:
