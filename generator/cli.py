@@ -14,7 +14,7 @@ from pathlib import Path
 
 from copier.errors import CopierError
 
-from generator import commands, matrix_doc, references
+from generator import REPO_ROOT, commands, matrix_doc, references
 from generator.selection import SAMPLES
 
 
@@ -130,6 +130,13 @@ def _add_matrix_doc(actions: argparse._SubParsersAction) -> None:
         default=matrix_doc.MATRIX_MD,
         metavar="FILE",
         help="where to write (default: docs/MATRIX.md)",
+    )
+    write.add_argument(
+        "--readme",
+        type=Path,
+        default=REPO_ROOT / "README.md",
+        metavar="FILE",
+        help="the README whose matrix figures to rewrite (default: README.md)",
     )
 
 

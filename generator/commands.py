@@ -125,7 +125,7 @@ def matrix_report(args: argparse.Namespace) -> int:
     if args.action == "status":
         print(matrix_doc.status(args.root))
         return 0
-    print(f"wrote {matrix_doc.write(args.root, args.out)}")
+    print(f"wrote {matrix_doc.write(args.root, args.out, args.readme)} and {args.readme}'s figures")
     return 0
 
 

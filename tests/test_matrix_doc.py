@@ -3,19 +3,24 @@ report matrix`, never by hand; `report status` says whether it was checked on HE
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from generator import REPO_ROOT, matrix_doc
+from generator.answers import load_space
 from generator.check import Result, Stage
 from generator.cli import main
+from generator.matrix_text import markdown, readme_figures
 from generator.provenance import committed_trees
 from generator.report import write_report
+from generator.selection import select
 
 HEAD_TREES = committed_trees("HEAD")
 OLD_TREES = {path: "0" * 40 for path in HEAD_TREES}
+DEFAULTS = load_space().defaults()
 MACHINE = {"cpu": "Some CPU", "cores": 2, "memory_gb": 23.5, "system": "Linux", "python": "3.11"}
 
 
@@ -23,7 +28,7 @@ def result(task: str, index: int, failing: str | None = None, tests: bool = Fals
     names = ["render", "lint", "train", "resume", *(["tests"] if tests else [])]
     names = names[: names.index(failing) + 1] if failing else names  # a check stops there
     stages = [Stage(n, "fail" if n == failing else "pass", 2.0, 3.0) for n in names]
-    answers = {"task_type": task, "distributed": "single", "mixed_precision": "fp16"}
+    answers = DEFAULTS | {"task_type": task, "mixed_precision": "fp16"}
     notes = ["fp16 runs as fp16 autocast on the CPU, without a GradScaler"]
     return Result(f"{task}-{index}", answers, stages, notes, "the log" if failing else "")
 
@@ -51,9 +56,10 @@ def shard(root: Path, index: int, count: int, results: list[Result], **meta) -> 
 def test_the_document_counts_times_and_lists_what_the_shards_checked(tmp_path: Path) -> None:
     shard(tmp_path, 1, 3, [result("image", 1, tests=True), result("text", 2)])
     shard(tmp_path, 2, 3, [result("text", 3, failing="train")])
-    text = matrix_doc.markdown(matrix_doc.load(tmp_path))
+    text = markdown(matrix_doc.load(tmp_path))
     assert "**3 of 960 combinations checked, 2 passed, 1 failed**; 1 ran their own tests" in text
     assert "Shards not run yet: 3/3." in text
+    assert re.search(r"Of the \d+ choices and pairs of answers, \d+ have not yet met", text)
     assert f"| tree of `template` | `{HEAD_TREES['template']}` |" in text
     assert "| dates (UTC) | 2026-12-01T10:00:00Z to 2026-12-02T10:10:00Z |" in text
     assert "| machine | Some CPU, 2 cores, 23.5 GB; Linux; Python 3.11, torch None |" in text
@@ -70,11 +76,18 @@ def test_the_command_writes_the_document_and_refuses_shards_of_two_templates(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     shard(tmp_path, 1, 2, [result("image", 1)])
-    out = tmp_path / "MATRIX.md"
-    assert main(["report", "matrix", "--root", str(tmp_path), "--out", str(out)]) == 0
-    assert out.read_text(encoding="utf-8") == matrix_doc.markdown(matrix_doc.load(tmp_path))
+    out, readme = tmp_path / "MATRIX.md", tmp_path / "README.md"
+    start, end = matrix_doc.README_MARKERS
+    readme.write_text(f"# A project\n\n{start}\nold figures\n{end}\n\nThe rest.\n")
+    written = ["--root", str(tmp_path), "--out", str(out), "--readme", str(readme)]
+    assert main(["report", "matrix", *written]) == 0
+    matrix = matrix_doc.load(tmp_path)
+    assert out.read_text(encoding="utf-8") == markdown(matrix)
+    figures = readme_figures(matrix)
+    assert readme.read_text() == f"# A project\n\n{start}\n{figures}\n{end}\n\nThe rest.\n"
+    assert figures.startswith("Measured ([docs/MATRIX.md](docs/MATRIX.md), 1 of 960, 0 failed)")
     shard(tmp_path, 2, 2, [result("text", 2)], trees=OLD_TREES)
-    assert main(["report", "matrix", "--root", str(tmp_path), "--out", str(out)]) == 2
+    assert main(["report", "matrix", *written]) == 2
     assert "of different templates (tree hashes)" in capsys.readouterr().err
 
 
@@ -111,6 +124,22 @@ def test_the_committed_document_is_what_the_generator_writes() -> None:
         assert not matrix_doc.MATRIX_MD.exists(), "docs/MATRIX.md without shard reports"
         return
     written = matrix_doc.MATRIX_MD.read_text(encoding="utf-8")
-    assert written == matrix_doc.markdown(matrix), (
-        "docs/MATRIX.md differs from what `python -m generator report matrix` writes"
-    )
+    rewrite = "differs from what `python -m generator report matrix` writes"
+    assert written == markdown(matrix), f"docs/MATRIX.md {rewrite}"
+    start, end = matrix_doc.README_MARKERS
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"{start}\n{readme_figures(matrix)}\n{end}" in readme, f"README.md's figures {rewrite}"
+
+
+def test_the_document_says_when_every_pair_of_answers_met_in_a_passing_suite(
+    tmp_path: Path,
+) -> None:
+    space = load_space()
+    _, pairwise_set = select(space, pairwise_only=True)
+    tested = [Result(space.slug(c), c, [Stage("tests", "pass", 1.0)], [], "") for c in pairwise_set]
+    shard(tmp_path, 1, 1, tested[: len(tested) // 2])
+    text = markdown(matrix_doc.load(tmp_path), space)
+    assert "have not yet met in a combination whose own tests passed" in text
+    shard(tmp_path, 1, 1, tested)
+    text = markdown(matrix_doc.load(tmp_path), space)
+    assert "Every two answers of any two questions (" in text
