@@ -117,27 +117,9 @@ def _add_matrix_doc(actions: argparse._SubParsersAction) -> None:
         "or which template commits came after it; always exit 0",
     )
     for action in (write, status):
-        action.add_argument(
-            "--root",
-            type=Path,
-            default=matrix_doc.MATRIX_DIR,
-            metavar="DIR",
-            help="the folder of shard reports (default: docs/matrix/)",
-        )
-    write.add_argument(
-        "--out",
-        type=Path,
-        default=matrix_doc.MATRIX_MD,
-        metavar="FILE",
-        help="where to write (default: docs/MATRIX.md)",
-    )
-    write.add_argument(
-        "--readme",
-        type=Path,
-        default=REPO_ROOT / "README.md",
-        metavar="FILE",
-        help="the README whose matrix figures to rewrite (default: README.md)",
-    )
+        _add_path(action, "--root", matrix_doc.MATRIX_DIR, "the folder of shard reports")
+    _add_path(write, "--out", matrix_doc.MATRIX_MD, "where to write")
+    _add_path(write, "--readme", REPO_ROOT / "README.md", "the README whose figures to rewrite")
 
 
 def _add_references(commands: argparse._SubParsersAction) -> None:
@@ -174,13 +156,7 @@ def _add_references(commands: argparse._SubParsersAction) -> None:
             metavar="NAME",
             help="only these projects (default: every one)",
         )
-        action.add_argument(
-            "--root",
-            type=Path,
-            default=references.REFERENCES_DIR,
-            metavar="DIR",
-            help="the folder of reference projects (default: reference_projects/)",
-        )
+        _add_path(action, "--root", references.REFERENCES_DIR, "the folder of reference projects")
     sync.add_argument(
         "--jobs",
         type=_positive,
@@ -208,6 +184,18 @@ def _add_selection(parser: argparse.ArgumentParser, every: str) -> None:
         default="1/1",
         metavar="I/N",
         help="only the I-th of N shards; the N shards cover the selection exactly once",
+    )
+
+
+def _add_path(parser: argparse.ArgumentParser, flag: str, default: Path, what: str) -> None:
+    """An option naming a file or folder, its default shown relative to the repository."""
+    shown = default.relative_to(REPO_ROOT).as_posix() + ("/" if default.suffix == "" else "")
+    parser.add_argument(
+        flag,
+        type=Path,
+        default=default,
+        metavar="DIR" if default.suffix == "" else "FILE",
+        help=f"{what} (default: {shown})",
     )
 
 
