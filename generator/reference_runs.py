@@ -31,7 +31,7 @@ from generator.references import (
     select,
 )
 from generator.render import package_of
-from generator.results import index_text, write_results
+from generator.results import Trained, index_text, write_results
 
 RUN_OUTPUT = "outputs/reference"  # the output_dir the shown command names
 FINE_TUNED_OUTPUT = "outputs/fine-tuned"
@@ -114,7 +114,7 @@ def train_reference(ref: Reference, folder: Path, options: Options) -> Outcome:
             if failure:
                 return Outcome(ref, False, failure)
         tuned_run = runs[1].done(model["pretrained"]) if ref.fine_tuning else None
-        s = write_results(ref, project, *runs[0].done(), fine_tuned=tuned_run)
+        s = write_results(ref, project, runs[0].done(), tuned_run)
     except Exception:  # a timeout or a missing file fails this reference, not the others
         return Outcome(ref, False, f"$ {shown(command)}\n{traceback.format_exc()}")
     line = (
@@ -145,11 +145,11 @@ class Run:
             return f"$ {shown(command)}\nexited {result.returncode}\n{tail(result.stdout)}"
         return None
 
-    def done(self, *extra: str) -> tuple:
+    def done(self, model: str | None = None) -> Trained:
         """What write_results records of it: its folder, time and the command to rerun it."""
         rerun = shown([*self.command, "--output_dir", self.output])
         rerun = f"OMP_NUM_THREADS={self.env['OMP_NUM_THREADS']} PYTHONPATH=src {rerun}"
-        return (self.out, self.process_s, rerun, *extra)
+        return Trained(self.out, self.process_s, rerun, model)
 
 
 def packaged_model(hub_id: str) -> Path:

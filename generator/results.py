@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,46 +38,47 @@ FINE_TUNED_PNG = f"{RESULTS_DIR}/fine-tuned-curves.png"
 LIBRARIES = ("python", "torch", "accelerate", "numpy")
 
 
+@dataclass(frozen=True)
+class Trained:
+    """A finished run of a reference project, as its results record it."""
+
+    out: Path  # its output folder here
+    process_s: float  # the training process's wall time
+    command: str  # as a reader reruns it inside the project
+    model: str | None = None  # the pretrained model it fine-tuned, if any
+
+
 def write_results(
-    ref: Reference,
-    project: Path,
-    out: Path,
-    process_s: float,
-    command: str,
-    fine_tuned: tuple[Path, float, str, str] | None = None,
+    ref: Reference, project: Path, default: Trained, fine_tuned: Trained | None = None
 ) -> dict[str, Any]:
-    """RESULTS.md, results/results.json and results/curves.png from the run in `out`; with
-    `fine_tuned` (its folder, process time, command and model), its fine-tuned.json and
-    fine-tuned-curves.png, and a section of RESULTS.md."""
-    record = run_record(ref, project, out, process_s, command)
+    """RESULTS.md, results/results.json and results/curves.png from the default run; with
+    `fine_tuned`, its fine-tuned.json and fine-tuned-curves.png, and a section of RESULTS.md."""
+    record = run_record(ref, project, default)
     (project / RESULTS_DIR).mkdir()
-    shutil.copyfile(out / "curves.png", project / CURVES_PNG)
+    shutil.copyfile(default.out / "curves.png", project / CURVES_PNG)
     (project / RESULTS_JSON).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     tuned = None
     if fine_tuned:
-        tuned_out, tuned_s, tuned_command, model = fine_tuned
-        tuned = run_record(ref, project, tuned_out, tuned_s, tuned_command) | {"model": model}
-        shutil.copyfile(tuned_out / "curves.png", project / FINE_TUNED_PNG)
+        tuned = run_record(ref, project, fine_tuned) | {"model": fine_tuned.model}
+        shutil.copyfile(fine_tuned.out / "curves.png", project / FINE_TUNED_PNG)
         content = json.dumps(tuned, indent=2) + "\n"
         (project / FINE_TUNED_JSON).write_text(content, encoding="utf-8")
     (project / RESULTS_MD).write_text(results_text(record, tuned), encoding="utf-8")
     return record["summary"]
 
 
-def run_record(
-    ref: Reference, project: Path, out: Path, process_s: float, command: str
-) -> dict[str, Any]:
-    """What results.json holds of the run in `out`."""
-    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-    run = json.loads((out / "run.json").read_text(encoding="utf-8"))
+def run_record(ref: Reference, project: Path, trained: Trained) -> dict[str, Any]:
+    """What results.json holds of a run."""
+    summary = json.loads((trained.out / "summary.json").read_text(encoding="utf-8"))
+    run = json.loads((trained.out / "run.json").read_text(encoding="utf-8"))
     return {
         "name": ref.name,
         "project_name": ref.project_name,
         "answers": ref.answers,
         "summary": summary,
         "baseline": baseline_description(project / "src" / package_of(project) / "task.py"),
-        "process_s": round(process_s, 1),
-        "command": command,
+        "process_s": round(trained.process_s, 1),
+        "command": trained.command,
         "processes": processes(ref.answers),
         "device": run.get("device"),
         "seed": run.get("seed"),
