@@ -3,6 +3,7 @@ shard reports (generator.matrix_doc loads them and writes the files)."""
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -84,7 +85,7 @@ def markdown(matrix: Matrix, space: AnswerSpace | None = None) -> str:
         *_stage_table(results),
         "",
         f"In total: {_duration(sum(s['wall_s'] for s in matrix.shards))} of wall time over "
-        f"{len(matrix.shards)} shards run one after another, "
+        f"{len(matrix.shards)} shard{'s' * (len(matrix.shards) != 1)} run one after another, "
         f"{_duration(sum(s.get('cpu_s', 0) for s in matrix.shards))} of CPU time.",
         "",
         "## Notes",
@@ -133,13 +134,15 @@ def readme_figures(matrix: Matrix, space: AnswerSpace | None = None) -> str:
     per_suite = sum(s.cpu_s for s in suites) / max(len(suites), 1)
     cpu_s = sum(s.get("cpu_s", 0) for s in matrix.shards)
     scope = "the whole matrix" if len(results) == total else f"{len(results)} of {total}"
-    return (
+    text = (
         f"Measured ([docs/MATRIX.md](docs/MATRIX.md), {scope}, {failed} failed): a combination "
-        f"takes {per_combination:.1f} CPU seconds without its own tests and a project's own "
-        f"suite {per_suite:.0f}; {len(matrix.shards)} of {matrix.count} shards took "
-        f"{_duration(cpu_s)} of CPU time and {_duration(sum(s['wall_s'] for s in matrix.shards))} "
-        f"of wall time on {_machine(matrix.shards[0].get('machine') or {})}."
+        f"takes {per_combination:.1f} CPU seconds on average without its own tests, and a "
+        f"project's own suite {per_suite:.0f}; {len(matrix.shards)} of {matrix.count} shards "
+        f"took {_duration(cpu_s)} of CPU time and "
+        f"{_duration(sum(s['wall_s'] for s in matrix.shards))} of wall time on "
+        f"{_machine(matrix.shards[0].get('machine') or {})}."
     )
+    return textwrap.fill(text, width=92, break_on_hyphens=False)
 
 
 def _pairs_line(total: int, unmet: int) -> str:
