@@ -132,8 +132,11 @@ def launched(tmp_path_factory, embedded_args, fine_tuning):
         "from-one": run("from-one", "--resume", str(root / "one/checkpoints/step-000003.pt")),
         "profiled": run("profiled", "--profile", "true"),
         "logged-every-2": run("logged-every-2", *every_2),
-        # Its export is tried before the first step on rank 0, which the others wait for.
-        "fine-tuned": run("fine-tuned", *fine_tuning, "--export_at_end", "true"),
+        # Its export is tried before the first step on rank 0, which the others wait for:
+        # seconds of exporting, which a loaded machine may stretch past the others' timeout.
+        "fine-tuned": run(
+            "fine-tuned", *fine_tuning, "--export_at_end", "true", "--dist_timeout_s", "300"
+        ),
     }
     # SIGTERM reaches rank 1 a step before rank 0, as a scheduler's signal may reach the
     # processes on either side of a step: they must agree to stop at the next log step.
