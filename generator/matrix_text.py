@@ -3,6 +3,7 @@ shard reports (generator.matrix_doc loads them and writes the files)."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -47,8 +48,8 @@ def markdown(matrix: Matrix, space: AnswerSpace | None = None) -> str:
         "# The whole matrix",
         "",
         "Written by `python -m generator report matrix` from the shards' reports in",
-        "[`docs/matrix/`](matrix/); not edited by hand. Each shard ran",
-        f"`python -m generator check --all --shard I/{matrix.count} --project-tests pairwise`.",
+        "[`docs/matrix/`](matrix/); not edited by hand. Shard I ran",
+        f"`{_shard_command(matrix.shards[0]['command'])}`.",
         "",
         f"**{len(results)} of {total} combinations checked, {len(results) - len(failed)} passed, "
         f"{len(failed)} failed**; {len(tested)} ran their own tests as well.",
@@ -143,6 +144,11 @@ def readme_figures(matrix: Matrix, space: AnswerSpace | None = None) -> str:
         f"{_machine(matrix.shards[0].get('machine') or {})}."
     )
     return textwrap.fill(text, width=92, break_on_hyphens=False)
+
+
+def _shard_command(command: str) -> str:
+    """A shard's command with its number as I, so that it stands for every shard's."""
+    return re.sub(r"(--shard[ =]|shard-)\d+", r"\1I", command)
 
 
 def _pairs_line(total: int, unmet: int) -> str:

@@ -59,6 +59,7 @@ def test_the_document_counts_times_and_lists_what_the_shards_checked(tmp_path: P
     text = markdown(matrix_doc.load(tmp_path))
     assert "**3 of 960 combinations checked, 2 passed, 1 failed**; 1 ran their own tests" in text
     assert "Shards not run yet: 3/3." in text
+    assert "Shard I ran\n`python -m generator check --all --shard I/3`." in text
     assert re.search(r"Of the \d+ choices and pairs of answers, \d+ have not yet met", text)
     assert f"| tree of `template` | `{HEAD_TREES['template']}` |" in text
     assert "| dates (UTC) | 2026-12-01T10:00:00Z to 2026-12-02T10:10:00Z |" in text
