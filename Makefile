@@ -13,9 +13,7 @@ STAMP := $(VENV)/.setup-stamp
 TORCH_SPEC ?=
 TORCH_INDEX_URL ?=
 PYTEST_WORKERS ?= 2
-# Combinations checked at once: one more than the cores' 2, since the processes of a
-# multi-process stage or suite wait on each other (gloo) and 2 jobs left a sixth idle.
-CHECK_JOBS ?= 3
+CHECK_JOBS ?= 2
 CHECK_ARGS ?= --all
 
 .PHONY: setup demo test lint check
@@ -46,10 +44,11 @@ demo: setup
 # trains, resumes and exports every pair of choices, and runs the own tests of a few more
 # combinations, enough to use every choice the reference projects leave out (rest).
 # worksteal: a few tests take minutes (a project's whole suite); an idle worker takes over
-# queued ones instead of waiting for a busy worker's share to run out.
+# queued ones instead of waiting for a busy worker's share to run out. --durations: the
+# slowest tests, in every CI log, for keeping make test within its 25 minutes.
 test: setup
 	$(PY) -m generator report status  # whether docs/MATRIX.md is of this template: informs only
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal --durations 25
 	$(PY) -m generator check --pairwise --device cpu --jobs $(CHECK_JOBS) --project-tests rest \
 		--report build/check/pairwise
 

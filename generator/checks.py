@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import yaml
@@ -43,6 +43,7 @@ CHOICE_MARKERS: dict[str, dict[Answer, tuple[str, ...]]] = {
 # The binary itself: `python -m ruff` would start an interpreter to find it, twice a render.
 RUFF = find_ruff_bin()
 RUFF_TIMEOUT_S = 300  # seconds: ruff takes well under one on a project
+_RUFF_CHECKS = (["format", "--check"], ["check", "--output-format", "concise"])
 _JINJA = re.compile(r"(?<!\$)\{\{|\{%")  # GitHub Actions' `${{ }}` is rendered output
 _TYPED_MARKER = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{\{|\{%")
 
@@ -55,15 +56,28 @@ def static_problems(
     `committed=False` for a render from a template outside git (render.template_copy): its
     answers file has no `_commit` to check.
     """
-    texts = read_text_files(project)
-    return [
-        *ruff_problems(project),
-        *compile_problems(texts),
-        *whitespace_problems(texts),
-        *jinja_problems(project, texts, answers),
-        *choice_problems(texts, answers),
-        *answers_file_problems(project, answers, committed),
-    ]
+    return many_static_problems({project: answers}, committed=committed)[project]
+
+
+def many_static_problems(
+    renders: Mapping[Path, Mapping[str, Answer]], *, committed: bool = True
+) -> dict[Path, list[str]]:
+    """static_problems of each project (path -> its answers), with ruff run once over all of
+    them in one folder: each project's own configuration still applies (ruff takes the
+    closest pyproject.toml of each file), and ruff's start is most of a render's checks."""
+    ruff = many_ruff_problems(list(renders))
+    problems = {}
+    for project, answers in renders.items():
+        texts = read_text_files(project)
+        problems[project] = [
+            *ruff[project],
+            *compile_problems(texts),
+            *whitespace_problems(texts),
+            *jinja_problems(project, texts, answers),
+            *choice_problems(texts, answers),
+            *answers_file_problems(project, answers, committed),
+        ]
+    return problems
 
 
 def read_text_files(project: Path) -> dict[Path, str]:
@@ -83,16 +97,56 @@ def read_text_files(project: Path) -> dict[Path, str]:
 
 def ruff_problems(project: Path) -> list[str]:
     """`ruff format --check` and `ruff check` with the rendered project's own configuration."""
-    pyproject = project / "pyproject.toml"
-    if not pyproject.is_file() or "[tool.ruff" not in pyproject.read_text(encoding="utf-8"):
-        return ["pyproject.toml: no [tool.ruff] section, so ruff would only use its defaults"]
-    problems = []
-    for args in (["format", "--check"], ["check", "--output-format", "concise"]):
-        command = [RUFF, *args, "--no-cache", "."]
-        result = cpu.run(command, cwd=project, timeout_s=RUFF_TIMEOUT_S)
-        if result.returncode != 0:
-            problems.append(f"ruff {args[0]} failed:\n{result.stdout.strip()}")
+    return many_ruff_problems([project])[project]
+
+
+def many_ruff_problems(projects: Sequence[Path]) -> dict[Path, list[str]]:
+    """`ruff format --check` and `ruff check` of each project with its own configuration.
+
+    Several projects, which must share a parent folder, are checked from there in one run of
+    each (ruff takes the closest pyproject.toml of each file); the few that fail are checked
+    again alone, so that each one's problems read as a check of it alone prints them.
+    """
+    problems: dict[Path, list[str]] = {project: [] for project in projects}
+    for project in projects:
+        pyproject = project / "pyproject.toml"
+        if not pyproject.is_file() or "[tool.ruff" not in pyproject.read_text(encoding="utf-8"):
+            problems[project].append(
+                "pyproject.toml: no [tool.ruff] section, so ruff would only use its defaults"
+            )
+    checked = [project for project in projects if not problems[project]]
+    if len(checked) == 1:
+        (project,) = checked
+        for args in _RUFF_CHECKS:
+            result = cpu.run(
+                [RUFF, *args, "--no-cache", "."], cwd=project, timeout_s=RUFF_TIMEOUT_S
+            )
+            if result.returncode != 0:
+                problems[project].append(f"ruff {args[0]} failed:\n{result.stdout.strip()}")
+    elif checked:
+        for project in _failing_together(checked):
+            problems[project] += many_ruff_problems([project])[project]
     return problems
+
+
+def _failing_together(projects: Sequence[Path]) -> list[Path]:
+    """The projects that ruff's checks of them all, run once from their parent, name; all of
+    them when a check fails naming none (ruff itself failed)."""
+    parent = projects[0].parent
+    if any(project.parent != parent for project in projects):
+        raise ValueError("projects that ruff checks together must share a parent folder")
+    names = [project.name for project in projects]
+    failing: set[Path] = set()
+    for args in _RUFF_CHECKS:
+        result = cpu.run([RUFF, *args, "--no-cache", *names], cwd=parent, timeout_s=RUFF_TIMEOUT_S)
+        if result.returncode != 0:
+            named = {
+                p
+                for p in projects
+                if re.search(rf"(^|\s){re.escape(p.name)}/", result.stdout, re.M)
+            }
+            failing |= named or set(projects)
+    return [project for project in projects if project in failing]
 
 
 def compile_problems(texts: Mapping[Path, str]) -> list[str]:

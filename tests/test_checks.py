@@ -9,6 +9,7 @@ from generator.checks import (
     choice_problems,
     compile_problems,
     jinja_problems,
+    many_ruff_problems,
     read_text_files,
     ruff_problems,
     whitespace_problems,
@@ -84,6 +85,21 @@ def test_ruff_problems(tmp_path: Path) -> None:
     write(tmp_path / "dirty", {"pyproject.toml": PYPROJECT, "a.py": "import os\nx=1\n"})
     problems = ruff_problems(tmp_path / "dirty")
     assert [p.split(" failed")[0] for p in problems] == ["ruff format", "ruff check"]
+
+
+def test_ruff_checks_projects_together_each_with_what_it_alone_would_say(tmp_path: Path) -> None:
+    write(tmp_path / "clean", {"pyproject.toml": PYPROJECT, "a.py": "x = 1\n"})
+    write(tmp_path / "dirty", {"pyproject.toml": PYPROJECT, "a.py": "import os\nx=1\n"})
+    # A stricter configuration of its own: what it allows, the others' does not, and back.
+    strict = PYPROJECT + '\n[tool.ruff.lint.per-file-ignores]\n"b.py" = ["F401"]\n'
+    write(tmp_path / "own", {"pyproject.toml": strict, "b.py": "import os\n"})
+    write(tmp_path / "bare", {"a.py": "x = 1\n"})
+    projects = [tmp_path / name for name in ("clean", "dirty", "own", "bare")]
+    together = many_ruff_problems(projects)
+    assert together == {project: ruff_problems(project) for project in projects}
+    assert together[tmp_path / "clean"] == [] and together[tmp_path / "own"] == []
+    assert "a.py:1:8: F401" in together[tmp_path / "dirty"][1]
+    assert "no [tool.ruff]" in together[tmp_path / "bare"][0]
 
 
 def test_choice_problems() -> None:

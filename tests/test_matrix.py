@@ -16,7 +16,7 @@ from helpers import reproduce
 
 from generator import REPO_ROOT
 from generator.answers import AnswerError, Answers, AnswerSpace, Axis, load_space
-from generator.checks import CHOICE_MARKERS, static_problems
+from generator.checks import CHOICE_MARKERS, many_static_problems
 from generator.pairwise import pairwise
 from generator.render import many_renders, render, template_copy
 from generator.selection import Shard, check_selection, select
@@ -36,11 +36,24 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield template_copy(tmp_path_factory.mktemp("template") / "copy")
 
 
-@pytest.mark.parametrize("answers", COMBINATIONS, ids=[SPACE.slug(c) for c in COMBINATIONS])
-def test_combination_is_clean(tmp_path: Path, answers: Answers, template: Path) -> None:
-    project = render(answers, tmp_path / "project", template=template)
-    problems = static_problems(project, answers, committed=False)
-    assert not problems, "\n".join([reproduce(answers), *problems])
+# The combinations in groups, so that ruff checks a group's renders in one run (its start is
+# most of a render's checks); the groups are many, for the xdist workers to share.
+GROUPS = 48
+
+
+@pytest.mark.parametrize("group", range(GROUPS), ids=lambda g: f"group-{g + 1}-of-{GROUPS}")
+def test_every_combination_is_clean(tmp_path: Path, group: int, template: Path) -> None:
+    renders = {
+        render(answers, tmp_path / SPACE.slug(answers), template=template): answers
+        for answers in COMBINATIONS[group::GROUPS]
+    }
+    found = many_static_problems(renders, committed=False)
+    failures = [
+        "\n".join([reproduce(renders[project]), *problems])
+        for project, problems in found.items()
+        if problems
+    ]
+    assert not failures, "\n\n".join(failures)
 
 
 def test_many_renders_write_what_a_render_writes(tmp_path: Path) -> None:
