@@ -1,6 +1,7 @@
 """Export: the artifact agrees with PyTorch, a wrong one fails the check, and bad input is
 one line. test_predict.py runs the artifact on real data and the README's example."""
 
+import copy
 import json
 import re
 import shutil
@@ -11,6 +12,7 @@ import pytest
 import torch
 from calls import refusal
 from huggingface_hub import ModelCard
+from torch import nn
 from unexportable import Unexportable
 
 from image_classification_loaded import export as export_module
@@ -61,6 +63,30 @@ def test_a_model_that_differs_from_the_artifact_fails_the_check(exported):
             parameter.add_(0.1)
     with pytest.raises(ExportError, match=r"max abs error .* max rel error .*tolerance"):
         verify(model, load_artifact(exported / "export" / FILE_NAME), preprocess)
+
+
+class Cancelling(nn.Module):
+    """The model's outputs through a sum that float32 rounds (+ 1e4 - 1e4 keeps 3 digits after
+    the point; float64 keeps them), as a deep model's layers amplify rounding."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self.model(inputs) + 1e4 - 1e4
+
+
+def test_an_artifact_that_differs_by_float32_rounding_alone_passes_the_check(exported):
+    model, preprocess = load_trained(exported / "model")
+    rounded = Cancelling(model).eval()
+    exact = copy.deepcopy(rounded).double()
+
+    def in_float64(inputs: torch.Tensor) -> torch.Tensor:  # a runtime as exact as float64
+        return exact(inputs.double() if inputs.is_floating_point() else inputs).float()
+
+    report = verify(rounded, in_float64, preprocess)
+    assert report["float32_rounding"] > 1e-4 > report["atol"]
 
 
 def test_an_artifact_with_a_frozen_batch_size_fails_the_check(exported):
