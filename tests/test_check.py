@@ -248,9 +248,10 @@ def test_a_combination_passes_every_stage(exporting_check: tuple) -> None:
     result, run = exporting_check
     assert result.ok, result.log_tail
     assert [s.name for s in result.stages] == [*FAST_STAGES, "export"]
-    # Each stage's CPU: the forked runs' (train: a process that trains) and the thread's own.
+    # Each stage's CPU: the forked runs' (train: a process that trains, where the thread
+    # only waits) and the thread's own.
     cpu_s = {stage.name: stage.cpu_s for stage in result.stages}
-    assert cpu_s["train"] > 0.5 and all(seconds > 0 for seconds in cpu_s.values()), cpu_s
+    assert cpu_s["train"] > 0.2 and all(seconds > 0 for seconds in cpu_s.values()), cpu_s
     summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     assert summary["steps"] == 4 + 2  # the fast dev run's, then the resume's
     # Both runs averaged the weights (the resume refuses another ema_decay than its checkpoint's).
