@@ -17,7 +17,7 @@ from pathlib import Path
 from generator import REPO_ROOT
 from generator.matrix_text import Matrix, markdown, readme_figures
 from generator.provenance import ProvenanceError, commits_since, committed_trees
-from generator.report import ReportError, merge, read_report
+from generator.report import ReportError, merge_read, read_report
 
 MATRIX_DIR = REPO_ROOT / "docs" / "matrix"
 MATRIX_MD = REPO_ROOT / "docs" / "MATRIX.md"
@@ -41,11 +41,9 @@ def load(root: Path = MATRIX_DIR) -> Matrix | None:
     counts = {int(_SHARD_FOLDER.match(p.name)[2]) for p in folders}
     if len(counts) > 1:
         raise ReportError(f"{root}: shards of different splits ({sorted(counts)} shards)")
-    results, meta = merge(folders, "python -m generator report matrix")
-    shards = []
-    for folder in folders:
-        report = read_report(folder)
-        shards.append({k: v for k, v in report.items() if k != "results"})
+    reports = [(folder, read_report(folder)) for folder in folders]
+    results, meta = merge_read(reports, "python -m generator report matrix")
+    shards = [{k: v for k, v in report.items() if k != "results"} for _, report in reports]
     done = [int(_SHARD_FOLDER.match(folder.name)[1]) for folder in folders]
     return Matrix(results, meta, shards, counts.pop(), done)
 

@@ -66,7 +66,7 @@ def markdown(matrix: Matrix, space: AnswerSpace | None = None) -> str:
         "| | |",
         "|---|---|",
         *(f"| tree of `{path}` | `{meta['trees'][path]}` |" for path in TEMPLATE_PATHS),
-        f"| commits | {', '.join(f'`{c[:12]}`' for c in meta['commits'])} |",
+        f"| commits | {', '.join(f'`{_short(c)}`' for c in meta['commits'])} |",
         f"| dates (UTC) | {started} to {finished} |",
         f"| device | {meta['device']}, {meta['jobs']} combinations at a time |",
         *(
@@ -146,8 +146,16 @@ def readme_figures(matrix: Matrix, space: AnswerSpace | None = None) -> str:
     return textwrap.fill(text, width=92, break_on_hyphens=False)
 
 
+def _short(commit: str) -> str:
+    """A commit's first 12 digits, with its `+dirty` when it has one."""
+    hash_, plus, dirty = commit.partition("+")
+    return hash_[:12] + plus + dirty
+
+
 def _shard_command(command: str) -> str:
-    """A shard's command with its number as I, so that it stands for every shard's."""
+    """A shard's command with its number as I, so that it stands for every shard's, less
+    its --workdir (a scratch folder on the machine it ran on)."""
+    command = re.sub(r" --workdir[ =]\S+", "", command)
     return re.sub(r"(--shard[ =]|shard-)\d+", r"\1I", command)
 
 

@@ -23,11 +23,13 @@ class ProvenanceError(RuntimeError):
     """git cannot say what the template is (not a checkout, git missing); one line."""
 
 
-def template_commit() -> str:
-    """The commit of the template checked (`+dirty` with uncommitted changes)."""
+def template_commit(root: Path = REPO_ROOT) -> str:
+    """The commit of the template checked, `+dirty` when the template (TEMPLATE_PATHS) has
+    uncommitted changes. Other files do not count: a matrix run writes its shards' reports
+    into its own checkout."""
     try:
-        commit = _git("rev-parse", "HEAD")
-        dirty = _git("status", "--porcelain")
+        commit = _git("rev-parse", "HEAD", root=root)
+        dirty = _git("status", "--porcelain", "--", *TEMPLATE_PATHS, root=root)
     except ProvenanceError:
         return "unknown"
     return commit + ("+dirty" if dirty else "")

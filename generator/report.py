@@ -101,7 +101,13 @@ def merge(paths: Sequence[Path], command: str) -> tuple[list[Result], dict[str, 
     `trees`; of different commits for reports made before they recorded trees) or devices,
     and a combination in two shards (overlapping selections). Shards of one template run on
     other commits, days and machines merge."""
-    reports = [(path, read_report(path)) for path in paths]
+    return merge_read([(path, read_report(path)) for path in paths], command)
+
+
+def merge_read(
+    reports: Sequence[tuple[Path, dict[str, Any]]], command: str
+) -> tuple[list[Result], dict[str, Any]]:
+    """`merge` of reports already read (each with the path it was read from)."""
     if not reports:
         raise ReportError("no reports to merge")
     same = "trees" if all("trees" in report for _, report in reports) else "commit"

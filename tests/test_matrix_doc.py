@@ -54,9 +54,11 @@ def shard(root: Path, index: int, count: int, results: list[Result], **meta) -> 
 
 
 def test_the_document_counts_times_and_lists_what_the_shards_checked(tmp_path: Path) -> None:
-    shard(tmp_path, 1, 3, [result("image", 1, tests=True), result("text", 2)])
-    shard(tmp_path, 2, 3, [result("text", 3, failing="train")])
+    command = "python -m generator check --all --shard 1/3 --workdir /tmp/w/1"
+    shard(tmp_path, 1, 3, [result("image", 1, tests=True), result("text", 2)], command=command)
+    shard(tmp_path, 2, 3, [result("text", 3, failing="train")], commit="a" * 40 + "+dirty")
     text = markdown(matrix_doc.load(tmp_path))
+    assert f"| commits | `{'a' * 12}`, `{'a' * 12}+dirty` |" in text
     assert "**3 of 960 combinations checked, 2 passed, 1 failed**; 1 ran their own tests" in text
     assert "Shards not run yet: 3/3." in text
     assert "Shard I ran\n`python -m generator check --all --shard I/3`." in text

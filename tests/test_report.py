@@ -144,3 +144,24 @@ def test_the_template_trees_are_the_working_trees_content_whatever_is_committed(
     git(tmp_path, "add", "-A")
     git(tmp_path, "commit", "-q", "-m", "second")
     assert committed_trees("HEAD", tmp_path) == changed  # the same content, the same hashes
+
+
+def test_a_commit_is_dirty_for_the_templates_changes_only(tmp_path: Path) -> None:
+    git(tmp_path, "init", "-q")
+    for path in ("copier.yml", "template/train.py", "includes/part.jinja", "README.md"):
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).write_text("x\n")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-q", "-m", "first")
+    head = git(tmp_path, "rev-parse", "HEAD").strip()
+    assert template_commit(tmp_path) == head
+    # A matrix run writes its shards' reports into its checkout: not a change of template.
+    (tmp_path / "docs" / "matrix").mkdir(parents=True)
+    (tmp_path / "docs" / "matrix" / "report.json").write_text("{}")
+    (tmp_path / "README.md").write_text("changed\n")
+    assert template_commit(tmp_path) == head
+    for path in ("copier.yml", "template/new.py", "includes/part.jinja"):
+        (tmp_path / path).write_text("changed\n")
+        assert template_commit(tmp_path) == f"{head}+dirty", path
+        git(tmp_path, "checkout", "-q", "--", ".")
+        git(tmp_path, "clean", "-qfd", "template")
