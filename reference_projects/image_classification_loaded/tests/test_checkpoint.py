@@ -122,14 +122,32 @@ def as_version_1(payload: dict) -> dict:
     old = {k: v for k, v in payload.items() if k not in ("format", "data_fingerprint", "rng")}
     old["progress"] = {k: v for k, v in payload["progress"].items() if k != "total_steps"}
     old["rng"] = payload["rng"]  # a render for several processes kept a list, as now
-    return old
+    return without_lr_scale(old)
+
+
+def without_lr_scale(payload: dict) -> dict:
+    """A checkpoint from before optimizer groups had an lr_scale (the projects that came
+    before fine-tuning, updated since with copier update): every group at the full rate."""
+    groups = payload["optimizer"]["param_groups"]
+    assert all("lr_scale" in group for group in groups)  # what the resume must do without
+    old = [{k: v for k, v in group.items() if k != "lr_scale"} for group in groups]
+    return {**payload, "optimizer": {**payload["optimizer"], "param_groups": old}}
 
 
 def test_a_checkpoint_written_before_format_versions_resumes_exactly(trained, short_run, tmp_path):
+    assert_resumes_exactly(trained, short_run, tmp_path, as_version_1)
+
+
+def test_a_checkpoint_written_before_lr_scales_resumes_exactly(trained, short_run, tmp_path):
+    assert_resumes_exactly(trained, short_run, tmp_path, without_lr_scale)
+
+
+def assert_resumes_exactly(trained, short_run, tmp_path, earlier) -> None:
+    """Step 3's checkpoint, made `earlier`, resumes to the whole run's weights."""
     step_3 = trained / "checkpoints" / "step-000003.pt"
     old = tmp_path / "old" / "step-000003.pt"
     old.parent.mkdir()
-    torch.save(as_version_1(load_checkpoint(step_3)), old)
+    torch.save(earlier(load_checkpoint(step_3)), old)
     main(short_run("--resume", str(old), output_dir=tmp_path / "resumed"))
     whole = load_file(trained / "model" / "model.safetensors")
     resumed = load_file(tmp_path / "resumed" / "model" / "model.safetensors")

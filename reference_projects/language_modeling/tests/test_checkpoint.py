@@ -127,10 +127,15 @@ def as_version_1(payload: dict) -> dict:
 
 
 def test_a_checkpoint_written_before_format_versions_resumes_exactly(trained, short_run, tmp_path):
+    assert_resumes_exactly(trained, short_run, tmp_path, as_version_1)
+
+
+def assert_resumes_exactly(trained, short_run, tmp_path, earlier) -> None:
+    """Step 3's checkpoint, made `earlier`, resumes to the whole run's weights."""
     step_3 = trained / "checkpoints" / "step-000003.pt"
     old = tmp_path / "old" / "step-000003.pt"
     old.parent.mkdir()
-    torch.save(as_version_1(load_checkpoint(step_3)), old)
+    torch.save(earlier(load_checkpoint(step_3)), old)
     main(short_run("--resume", str(old), output_dir=tmp_path / "resumed"))
     whole = load_file(trained / "model" / "model.safetensors")
     resumed = load_file(tmp_path / "resumed" / "model" / "model.safetensors")
