@@ -47,7 +47,8 @@ def sweep_command(
 
 
 def project_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    environment = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    return environment
 
 
 def run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
