@@ -141,7 +141,7 @@ def readme_figures(matrix: Matrix, space: AnswerSpace | None = None) -> str:
         f"project's own suite {per_suite:.0f}; {len(matrix.shards)} of {matrix.count} shards "
         f"took {_duration(cpu_s)} of CPU time and "
         f"{_duration(sum(s['wall_s'] for s in matrix.shards))} of wall time on "
-        f"{_machine(matrix.shards[0].get('machine') or {})}."
+        f"{_machines(matrix.shards)}."
     )
     return textwrap.fill(text, width=92, break_on_hyphens=False)
 
@@ -219,6 +219,17 @@ def _machine(m: dict[str, Any]) -> str:
     return (
         f"{m.get('cpu')}, {m.get('cores')} cores, {m.get('memory_gb')} GB; {m.get('system')}; "
         f"Python {m.get('python')}, torch {m.get('torch')}"
+    )
+
+
+def _machines(shards: list[dict[str, Any]]) -> str:
+    """The machines the shards ran on, each with its number of shards when there are several."""
+    machines = [_machine(m) for m in _distinct(s.get("machine") for s in shards)] or [_machine({})]
+    if len(machines) == 1:
+        return machines[0]
+    counts = [sum(_machine(s.get("machine") or {}) == m for s in shards) for m in machines]
+    return " and ".join(
+        f"{m} ({n} shard{'s' * (n > 1)})" for m, n in zip(machines, counts, strict=True)
     )
 
 

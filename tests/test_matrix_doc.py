@@ -97,6 +97,21 @@ def test_the_command_writes_the_document_and_refuses_shards_of_two_templates(
     assert "of different templates (tree hashes)" in capsys.readouterr().err
 
 
+def test_the_readme_figures_name_every_machine_the_shards_ran_on(tmp_path: Path) -> None:
+    other = MACHINE | {"cpu": "Other CPU"}
+    shard(tmp_path, 1, 3, [result("image", 1)])
+    shard(tmp_path, 2, 3, [result("text", 2)], machine=other)
+    shard(tmp_path, 3, 3, [result("text", 3)])
+    figures = " ".join(readme_figures(matrix_doc.load(tmp_path)).split())
+    assert (
+        "of wall time on Some CPU, 2 cores, 23.5 GB; Linux; Python 3.11, torch None (2 shards)"
+        in figures
+    )
+    assert figures.endswith(
+        " and Other CPU, 2 cores, 23.5 GB; Linux; Python 3.11, torch None (1 shard)."
+    )
+
+
 def last_template_commit() -> str:
     log = ["git", "-C", str(REPO_ROOT), "log", "-n", "1", "--format=%H", "--", "template"]
     return subprocess.run(log, capture_output=True, text=True, check=True).stdout.strip()
