@@ -224,13 +224,10 @@ def _machine(m: dict[str, Any]) -> str:
 
 def _machines(shards: list[dict[str, Any]]) -> str:
     """The machines the shards ran on, each with its number of shards when there are several."""
-    machines = [_machine(m) for m in _distinct(s.get("machine") for s in shards)] or [_machine({})]
-    if len(machines) == 1:
-        return machines[0]
-    counts = [sum(_machine(s.get("machine") or {}) == m for s in shards) for m in machines]
-    return " and ".join(
-        f"{m} ({n} shard{'s' * (n > 1)})" for m, n in zip(machines, counts, strict=True)
-    )
+    counts = Counter(_machine(s["machine"]) for s in shards if s.get("machine"))
+    if len(counts) <= 1:
+        return next(iter(counts), _machine({}))
+    return " and ".join(f"{m} ({n} shard{'s' * (n > 1)})" for m, n in counts.items())
 
 
 def _duration(seconds: float) -> str:
