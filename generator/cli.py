@@ -11,16 +11,24 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from copier.errors import CopierError
 
 from generator import REPO_ROOT, commands, matrix_doc, references
-from generator.selection import SAMPLES
+from generator.selection import DEVICE_FREE, SAMPLES
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, with its errors in one line (the usage is what --help is for)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def get_parser() -> argparse.ArgumentParser:
     """The parser, apart from main() so tests and docs can inspect it."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m generator",
         description="Enumerate, render and check the combinations of answers copier.yml allows.",
     )
@@ -74,7 +82,8 @@ def get_parser() -> argparse.ArgumentParser:
         help="which combinations also run their own tests: sample (default), pairwise, rest, "
         "all or none; the sample is a greedy cover of the selection that uses each of its "
         "choices, and each task with each mixed_precision and each distributed choice, once or "
-        "more; pairwise is the selection's pairwise set (what --pairwise checks); both are "
+        "more (--gpu-matrix's: one suite for each task with each mixed_precision); pairwise is the "
+        "selection's pairwise set (what --pairwise checks); both are "
         "taken before --shard; rest covers only what the reference projects leave unused, for runs "
         "whose reference projects' tests run too (make test); of those, only the fewest "
         "that give every choice to the whole-sweep tests (marker sweep) run them",
@@ -109,15 +118,17 @@ def _add_matrix_doc(actions: argparse._SubParsersAction) -> None:
     write = actions.add_parser(
         "matrix",
         help="write docs/MATRIX.md from the whole matrix's shard reports (docs/matrix/"
-        "shard-I-of-N/report.json); exit 2 if there are none or they do not belong together",
+        "shard-I-of-N/report.json) and the GPU matrix's, if any (docs/gpu-matrix/...); exit 2 "
+        "if the first are missing or the shards of either do not belong together",
     )
     status = actions.add_parser(
         "status",
-        help="one line: whether docs/MATRIX.md was checked on HEAD's template (tree hashes), "
-        "or which template commits came after it; always exit 0",
+        help="one line: whether docs/MATRIX.md's whole matrix and GPU matrix were checked on "
+        "HEAD's template (tree hashes), or which template commits came after; always exit 0",
     )
     for action in (write, status):
         _add_path(action, "--root", matrix_doc.MATRIX_DIR, "the folder of shard reports")
+        _add_path(action, "--gpu-root", matrix_doc.GPU_DIR, "the GPU matrix's shard reports")
     _add_path(write, "--out", matrix_doc.MATRIX_MD, "where to write")
     _add_path(write, "--readme", REPO_ROOT / "README.md", "the README whose figures to rewrite")
 
@@ -178,6 +189,14 @@ def _add_selection(parser: argparse.ArgumentParser, every: str) -> None:
         help="a covering set in which every two choices of any two questions meet; `check` "
         "renders each with the shortest or the longest package name (unless --set names one)",
     )
+    which.add_argument(
+        "--gpu-matrix",
+        action="store_true",
+        help="every combination of the questions that change what runs on the device (all "
+        f"but {', '.join(DEVICE_FREE)}), with {', '.join(DEVICE_FREE)} answered so that each "
+        "of its choices meets every choice of the others; with --set distributed=single, "
+        "what one GPU can check",
+    )
     _add_sets(parser, "fix a question; the combinations of the others are selected (repeatable)")
     parser.add_argument(
         "--shard",
@@ -215,10 +234,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command and return its exit status; tests call it with `argv`."""
     parser = get_parser()
     args = parser.parse_args(argv)
-    if args.command == "check" and not (args.all or args.pairwise or args.sets):
+    if args.command == "check" and not (args.all or args.pairwise or args.gpu_matrix or args.sets):
         print(
-            "python -m generator check: error: choose the combinations: --all, --pairwise "
-            "or --set NAME=VALUE",
+            "python -m generator check: error: choose the combinations: --all, --pairwise, "
+            "--gpu-matrix or --set NAME=VALUE",
             file=sys.stderr,
         )
         return 2

@@ -32,7 +32,9 @@ from generator.server import ServerDied
 def list_matrix(args: argparse.Namespace) -> int:
     space = load_space()
     shard = Shard.parse(args.shard)
-    _, combinations = select(space, args.sets, pairwise_only=args.pairwise, shard=shard)
+    _, combinations = select(
+        space, args.sets, pairwise_only=args.pairwise, gpu_matrix=args.gpu_matrix, shard=shard
+    )
     if args.json:
         rows = [{"slug": space.slug(c), "answers": c} for c in combinations]
         print(json.dumps(rows, indent=2))
@@ -54,10 +56,13 @@ def check_combinations(args: argparse.Namespace, argv: Sequence[str]) -> int:
         args.sets,
         args.shard,
         pairwise_only=args.pairwise,
+        gpu_matrix=args.gpu_matrix,
         project_tests=args.project_tests,
     )
     if args.device == "cuda":
         _require_gpus(combinations)
+    # How many the shards of this command check together (docs/MATRIX.md counts against it).
+    _, selection = select(space, args.sets, pairwise_only=args.pairwise, gpu_matrix=args.gpu_matrix)
 
     with tempfile.TemporaryDirectory(prefix="generator-check-") as scratch:
         workdir = args.workdir or Path(scratch)
@@ -97,6 +102,7 @@ def check_combinations(args: argparse.Namespace, argv: Sequence[str]) -> int:
         meta = {
             "command": "python -m generator " + shlex.join(argv),
             "device": args.device,
+            "selected": len(selection),
             "jobs": args.jobs,
             "server": not args.no_server,
             "steps": args.steps,
@@ -106,7 +112,7 @@ def check_combinations(args: argparse.Namespace, argv: Sequence[str]) -> int:
             "trees": trees,
             "started": started,
             "finished": now(),
-            "machine": machine(),
+            "machine": machine(args.device),
         }
         print(f"report: {write_report(args.report, results, meta)}")
     return 1 if failed else 0
@@ -123,9 +129,10 @@ def merge_reports(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def matrix_report(args: argparse.Namespace) -> int:
     """`report matrix` writes docs/MATRIX.md; `report status` prints whether it is current."""
     if args.action == "status":
-        print(matrix_doc.status(args.root))
+        print(matrix_doc.status(args.root, gpu_root=args.gpu_root))
         return 0
-    print(f"wrote {matrix_doc.write(args.root, args.out, args.readme)} and {args.readme}'s figures")
+    written = matrix_doc.write(args.root, args.out, args.readme, args.gpu_root)
+    print(f"wrote {written} and {args.readme}'s figures")
     return 0
 
 

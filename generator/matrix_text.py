@@ -30,16 +30,15 @@ class Matrix:
     done: list[int]  # the shards run (I of shard I/count)
 
 
-def markdown(matrix: Matrix, space: AnswerSpace | None = None) -> str:
-    """The text of docs/MATRIX.md."""
+def markdown(matrix: Matrix, space: AnswerSpace | None = None, gpu: Sequence[str] = ()) -> str:
+    """The text of docs/MATRIX.md; `gpu` is its GPU section's lines (generator.matrix_gpu),
+    which come last."""
     space = space or load_space()
     results, meta = matrix.results, matrix.meta
     total = len(space.combinations())
     failed = [r for r in results if not r.ok]
     tested = [r for r in results if any(s.name == "tests" for s in r.stages)]
     missing = [i for i in range(1, matrix.count + 1) if i not in matrix.done]
-    started = min(s.get("started", "?") for s in matrix.shards)
-    finished = max(s.get("finished", "?") for s in matrix.shards)
     names = [axis.name for axis in space.axes]
     every_pair = set().union(*(pairs_of(c, names) for c in space.combinations()))
     passed_suites = [r for r in tested if r.ok]
@@ -49,7 +48,8 @@ def markdown(matrix: Matrix, space: AnswerSpace | None = None) -> str:
         "",
         "Written by `python -m generator report matrix` from the shards' reports in",
         "[`docs/matrix/`](matrix/); not edited by hand. Shard I ran",
-        f"`{_shard_command(matrix.shards[0]['command'])}`.",
+        f"`{shard_command(matrix.shards[0]['command'])}`.",
+        "The GPU matrix, checked with `--device cuda`, is [the last section](#the-gpu-matrix).",
         "",
         f"**{len(results)} of {total} combinations checked, {len(results) - len(failed)} passed, "
         f"{len(failed)} failed**; {len(tested)} ran their own tests as well.",
@@ -63,16 +63,7 @@ def markdown(matrix: Matrix, space: AnswerSpace | None = None) -> str:
         "",
         "## What was checked, where",
         "",
-        "| | |",
-        "|---|---|",
-        *(f"| tree of `{path}` | `{meta['trees'][path]}` |" for path in TEMPLATE_PATHS),
-        f"| commits | {', '.join(f'`{_short(c)}`' for c in meta['commits'])} |",
-        f"| dates (UTC) | {started} to {finished} |",
-        f"| device | {meta['device']}, {meta['jobs']} combinations at a time |",
-        *(
-            f"| machine | {_machine(m)} |"
-            for m in _distinct(s.get("machine") for s in matrix.shards)
-        ),
+        *where_rows(matrix),
         "",
         "`python -m generator report status` says whether these trees are still HEAD's.",
         "",
@@ -85,9 +76,9 @@ def markdown(matrix: Matrix, space: AnswerSpace | None = None) -> str:
         "",
         *_stage_table(results),
         "",
-        f"In total: {_duration(sum(s['wall_s'] for s in matrix.shards))} of wall time over "
+        f"In total: {duration(sum(s['wall_s'] for s in matrix.shards))} of wall time over "
         f"{len(matrix.shards)} shard{'s' * (len(matrix.shards) != 1)} run one after another, "
-        f"{_duration(sum(s.get('cpu_s', 0) for s in matrix.shards))} of CPU time.",
+        f"{duration(sum(s.get('cpu_s', 0) for s in matrix.shards))} of CPU time.",
         "",
         "## Notes",
         "",
@@ -100,11 +91,7 @@ def markdown(matrix: Matrix, space: AnswerSpace | None = None) -> str:
         ),
     ]
     if failed:
-        lines += ["", "## Failures", ""]
-        for r in failed:
-            lines.append(
-                f"- `{r.slug}`: {r.failed_stage} (`{reproduce(r.answers, meta['device'])}`)"
-            )
+        lines += ["", "## Failures", "", *failure_lines(failed, meta["device"])]
     lines += ["", "## Every combination", ""]
     for task, rows in _by(results, lambda r: r.answers["task_type"]).items():
         lines += [
@@ -121,7 +108,7 @@ def markdown(matrix: Matrix, space: AnswerSpace | None = None) -> str:
             "</details>",
             "",
         ]
-    return "\n".join(lines).rstrip("\n") + "\n"
+    return "\n".join([*lines, *gpu]).rstrip("\n") + "\n"
 
 
 def readme_figures(matrix: Matrix, space: AnswerSpace | None = None) -> str:
@@ -139,11 +126,34 @@ def readme_figures(matrix: Matrix, space: AnswerSpace | None = None) -> str:
         f"Measured ([docs/MATRIX.md](docs/MATRIX.md), {scope}, {failed} failed): a combination "
         f"takes {per_combination:.1f} CPU seconds on average without its own tests, and a "
         f"project's own suite {per_suite:.0f}; {len(matrix.shards)} of {matrix.count} shards "
-        f"took {_duration(cpu_s)} of CPU time and "
-        f"{_duration(sum(s['wall_s'] for s in matrix.shards))} of wall time on "
+        f"took {duration(cpu_s)} of CPU time and "
+        f"{duration(sum(s['wall_s'] for s in matrix.shards))} of wall time on "
         f"{_machines(matrix.shards)}."
     )
     return textwrap.fill(text, width=92, break_on_hyphens=False)
+
+
+def where_rows(matrix: Matrix) -> list[str]:
+    """The table of what the shards checked: the template's trees, the commits, the dates,
+    the device and each machine."""
+    meta = matrix.meta
+    started = min(s.get("started", "?") for s in matrix.shards)
+    finished = max(s.get("finished", "?") for s in matrix.shards)
+    machines = _distinct(s.get("machine") for s in matrix.shards)
+    return [
+        "| | |",
+        "|---|---|",
+        *(f"| tree of `{path}` | `{meta['trees'][path]}` |" for path in TEMPLATE_PATHS),
+        f"| commits | {', '.join(f'`{_short(c)}`' for c in meta['commits'])} |",
+        f"| dates (UTC) | {started} to {finished} |",
+        f"| device | {meta['device']}, {meta['jobs']} combinations at a time |",
+        *(f"| machine | {_machine(m)} |" for m in machines),
+    ]
+
+
+def failure_lines(failed: Sequence[Result], device: str) -> list[str]:
+    """Each failed combination, its failing stage and the command that checks it again."""
+    return [f"- `{r.slug}`: {r.failed_stage} (`{reproduce(r.answers, device)}`)" for r in failed]
 
 
 def _short(commit: str) -> str:
@@ -152,7 +162,7 @@ def _short(commit: str) -> str:
     return hash_[:12] + plus + dirty
 
 
-def _shard_command(command: str) -> str:
+def shard_command(command: str) -> str:
     """A shard's command with its number as I, so that it stands for every shard's, less
     its --workdir (a scratch folder on the machine it ran on)."""
     command = re.sub(r" --workdir[ =]\S+", "", command)
@@ -188,8 +198,8 @@ def _time_table(name: str, groups: dict[str, list[Result]]) -> list[str]:
         own = sum(any(s.name == "tests" for s in r.stages) for r in members)
         rows.append(
             f"| {key} | {len(members)} | {sum(r.ok for r in members)} | {own} | "
-            f"{_duration(sum(s.seconds for s in stages))} | "
-            f"{_duration(sum(s.cpu_s for s in stages))} |"
+            f"{duration(sum(s.seconds for s in stages))} | "
+            f"{duration(sum(s.cpu_s for s in stages))} |"
         )
     return rows
 
@@ -201,8 +211,8 @@ def _stage_table(results: Sequence[Result]) -> list[str]:
         if stages:
             rows.append(
                 f"| {name} | {len(stages)} | {sum(s.status != 'pass' for s in stages)} | "
-                f"{_duration(sum(s.seconds for s in stages))} | "
-                f"{_duration(sum(s.cpu_s for s in stages))} |"
+                f"{duration(sum(s.seconds for s in stages))} | "
+                f"{duration(sum(s.cpu_s for s in stages))} |"
             )
     return rows
 
@@ -216,9 +226,10 @@ def _distinct(items) -> list[dict[str, Any]]:
 
 
 def _machine(m: dict[str, Any]) -> str:
+    gpus = ", ".join(f"{n} x {name}" for name, n in Counter(m.get("gpus") or []).items())
     return (
         f"{m.get('cpu')}, {m.get('cores')} cores, {m.get('memory_gb')} GB; {m.get('system')}; "
-        f"Python {m.get('python')}, torch {m.get('torch')}"
+        f"Python {m.get('python')}, torch {m.get('torch')}" + (f"; GPUs: {gpus}" if gpus else "")
     )
 
 
@@ -230,7 +241,7 @@ def _machines(shards: list[dict[str, Any]]) -> str:
     return " and ".join(f"{m} ({n} shard{'s' * (n > 1)})" for m, n in counts.items())
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     minutes = round(seconds) // 60
     if minutes >= 60:
         return f"{minutes // 60} h {minutes % 60:02d} min"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import sys
 import tempfile
 from datetime import UTC, datetime
 from importlib import metadata
@@ -60,9 +61,10 @@ def commits_since(commit: str, root: Path = REPO_ROOT) -> list[str]:
     return log.splitlines()
 
 
-def machine() -> dict[str, Any]:
-    """The machine a check ran on, as its report records it."""
-    return {
+def machine(device: str = "cpu") -> dict[str, Any]:
+    """The machine a check on `device` ran on, as its report records it: with the name of
+    each GPU torch sees when the device is cuda."""
+    found = {
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "memory_gb": _memory_gb(),
@@ -70,6 +72,23 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "torch": _version("torch"),
     }
+    return found | ({"gpus": gpu_names()} if device == "cuda" else {})
+
+
+def gpu_names() -> list[str]:
+    """The name of each CUDA device torch sees, asked in a fresh process (the generator does
+    not import torch); none when torch or the driver cannot say."""
+    command = [
+        sys.executable,
+        "-c",
+        "import torch\n"
+        "for i in range(torch.cuda.device_count()): print(torch.cuda.get_device_name(i))",
+    ]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return result.stdout.splitlines() if result.returncode == 0 else []
 
 
 def now() -> str:

@@ -1,4 +1,5 @@
-"""Which combinations a command works on: all or pairwise, narrowed by --set, split by --shard.
+"""Which combinations a command works on: all, pairwise or the GPU matrix, narrowed by --set,
+split by --shard.
 
 `matrix` and `check` select through here, so a shard listed by one is the shard run by the other;
 `check` takes the sample of combinations that also run their own tests here too.
@@ -13,8 +14,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from generator.answers import Answer, AnswerError, Answers, AnswerSpace
-from generator.cover import TESTED_PAIRS, covering
-from generator.pairwise import pairwise
+from generator.cover import TESTED_PAIRS, cost, covering
+from generator.pairwise import pairs_of, pairwise
 from generator.references import reference_combinations
 
 T = TypeVar("T")
@@ -22,6 +23,11 @@ T = TypeVar("T")
 SAMPLES = ("sample", "pairwise", "rest", "all", "none")  # the choices of `check --project-tests`
 
 _SHARD = re.compile(r"^(\d+)/(\d+)$")
+
+# The questions whose answers do not change what runs on the device: a tracker writes what
+# the host already holds. `--gpu-matrix` runs every combination of the other questions, and
+# gives these each of their choices against each choice of every other question.
+DEVICE_FREE = ("tracker",)
 
 # Names other than the default, for renders that prove what users type: the shortest and
 # the longest package name the validator takes (a line holding the name must be formatted
@@ -74,18 +80,60 @@ def select(
     sets: Sequence[str] = (),
     *,
     pairwise_only: bool = False,
+    gpu_matrix: bool = False,
     shard: Shard = Shard(),
 ) -> tuple[Answers, list[Answers]]:
     """The `--set` answers (free text included) and the combinations they leave, in order.
 
     `--set` fixes questions; every combination of the others is selected, or a pairwise
-    cover of them. The shard is taken last, so the N shards of any selection partition it.
+    cover of them, or the GPU matrix of them (device_product). The shard is taken last, so
+    the N shards of any selection partition it.
     """
+    assert not (pairwise_only and gpu_matrix), "one selection at a time (cli makes them exclusive)"
     fixed = space.parse_sets(sets)
     chosen = matching(space.combinations(), fixed)
     if pairwise_only:
         chosen = pairwise(space, chosen, first=rest_sample(space, chosen))
+    elif gpu_matrix:
+        chosen = device_product(space, chosen)
     return fixed, shard.take(chosen, space.slug)
+
+
+def device_product(space: AnswerSpace, candidates: Sequence[Answers]) -> list[Answers]:
+    """What `--gpu-matrix` selects from `candidates`: one combination for each combination
+    of the questions that change what runs on the device (all but DEVICE_FREE), with
+    device-free answers that make each of their choices meet each choice of every other
+    question.
+
+    Greedy: the defaults first when they are a candidate (the combination most users get),
+    then, in matrix order, each device combination takes the device-free answers that meet
+    the most choices and pairs of choices not met yet, ties going to the cheapest to check
+    (cover.cost), then to the earliest. Where the device combinations are too few for every
+    pair (--set fixing all but a question or two), more candidates are added the same way.
+    The result keeps matrix order and depends only on copier.yml and `candidates`.
+    """
+    names = [axis.name for axis in space.axes]
+    device = [name for name in names if name not in DEVICE_FREE]
+    pair_sets = [pairs_of(combo, names) for combo in candidates]
+    uncovered: set = set().union(set(), *pair_sets)
+    groups: dict[tuple[Answer, ...], list[int]] = {}  # device answers: their candidates
+    for i, combo in enumerate(candidates):
+        groups.setdefault(tuple(combo[name] for name in device), []).append(i)
+    chosen: list[int] = []
+
+    def take(options: Sequence[int]) -> None:
+        best = max(options, key=lambda i: (len(uncovered & pair_sets[i]), -cost(candidates[i])))
+        chosen.append(best)
+        uncovered.difference_update(pair_sets[best])
+
+    if space.defaults() in candidates:
+        take([list(candidates).index(space.defaults())])
+    for options in groups.values():
+        if not set(options) & set(chosen):
+            take(options)
+    while uncovered:
+        take([i for i in range(len(candidates)) if i not in chosen])
+    return [candidates[i] for i in sorted(chosen)]
 
 
 def check_selection(
@@ -94,6 +142,7 @@ def check_selection(
     shard: str,
     *,
     pairwise_only: bool = False,
+    gpu_matrix: bool = False,
     project_tests: str = "sample",
 ) -> tuple[list[Answers], list[Answers]]:
     """What `check` runs: this shard's combinations, and the sample that runs its own tests.
@@ -105,7 +154,7 @@ def check_selection(
     type as well as the default. AnswerError (one line) for an empty shard.
     """
     parsed = Shard.parse(shard)
-    fixed, selection = select(space, sets, pairwise_only=pairwise_only)
+    fixed, selection = select(space, sets, pairwise_only=pairwise_only, gpu_matrix=gpu_matrix)
     if project_tests == "rest":
         # From every combination the --set answers leave: --pairwise and --all hold them.
         sample = rest_sample(space, matching(space.combinations(), fixed))

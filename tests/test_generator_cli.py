@@ -104,6 +104,7 @@ def test_matrix_set_and_shard_narrow_the_listing(capsys: pytest.CaptureFixture[s
     assert sorted(listed) == sorted(expected)
 
 
+@pytest.mark.parametrize("selection", ["--all", "--gpu-matrix"])
 @pytest.mark.parametrize("command", ["matrix", "check"])
 @pytest.mark.parametrize(
     ("args", "words"),
@@ -115,9 +116,13 @@ def test_matrix_set_and_shard_narrow_the_listing(capsys: pytest.CaptureFixture[s
     ],
 )
 def test_bad_selection_is_one_line_and_exit_2(
-    capsys: pytest.CaptureFixture[str], command: str, args: list[str], words: list[str]
+    capsys: pytest.CaptureFixture[str],
+    selection: str,
+    command: str,
+    args: list[str],
+    words: list[str],
 ) -> None:
-    assert main([command, "--all", *args]) == 2
+    assert main([command, selection, *args]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.count("\n") == 1 and captured.err.startswith(
@@ -129,7 +134,7 @@ def test_bad_selection_is_one_line_and_exit_2(
 
 def test_check_needs_a_selection(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check"]) == 2
-    assert "--all, --pairwise or --set" in capsys.readouterr().err
+    assert "--all, --pairwise, --gpu-matrix or --set" in capsys.readouterr().err
 
 
 def test_check_refuses_an_empty_shard(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from generator import REPO_ROOT, matrix_doc
+from generator import REPO_ROOT, matrix_doc, matrix_gpu
 from generator.answers import load_space
 from generator.check import Result, Stage
-from generator.cli import main
+from generator.cli import get_parser, main
 from generator.matrix_text import markdown, readme_figures
 from generator.provenance import committed_trees
-from generator.report import write_report
+from generator.report import ReportError, write_report
 from generator.selection import select
 
 HEAD_TREES = committed_trees("HEAD")
@@ -53,6 +53,17 @@ def shard(root: Path, index: int, count: int, results: list[Result], **meta) -> 
     return folder
 
 
+def gpu_shard(root: Path, index: int, count: int, results: list[Result], **meta) -> Path:
+    """A shard of `check --gpu-matrix --set distributed=single --device cuda`."""
+    command = (
+        f"python -m generator check --gpu-matrix --set distributed=single --device cuda "
+        f"--shard {index}/{count} --report docs/gpu-matrix/shard-{index}-of-{count}"
+    )
+    machine = MACHINE | {"gpus": ["NVIDIA H200", "NVIDIA H200"]}
+    meta = {"command": command, "device": "cuda", "selected": 120, "machine": machine} | meta
+    return shard(root, index, count, results, **meta)
+
+
 def test_the_document_counts_times_and_lists_what_the_shards_checked(tmp_path: Path) -> None:
     command = "python -m generator check --all --shard 1/3 --workdir /tmp/w/1"
     shard(tmp_path, 1, 3, [result("image", 1, tests=True), result("text", 2)], command=command)
@@ -83,9 +94,10 @@ def test_the_command_writes_the_document_and_refuses_shards_of_two_templates(
     start, end = matrix_doc.README_MARKERS
     readme.write_text(f"# A project\n\n{start}\nold figures\n{end}\n\nThe rest.\n")
     written = ["--root", str(tmp_path), "--out", str(out), "--readme", str(readme)]
-    assert main(["report", "matrix", *written]) == 0
+    gpu = tmp_path / "gpu"
+    assert main(["report", "matrix", *written, "--gpu-root", str(gpu)]) == 0
     matrix = matrix_doc.load(tmp_path)
-    assert out.read_text(encoding="utf-8") == markdown(matrix)
+    assert out.read_text(encoding="utf-8") == matrix_doc.document(matrix, gpu)
     figures = readme_figures(matrix)
     assert readme.read_text() == f"# A project\n\n{start}\n{figures}\n{end}\n\nThe rest.\n"
     assert " ".join(figures.split()).startswith(
@@ -118,19 +130,41 @@ def last_template_commit() -> str:
 
 
 def test_the_status_says_whether_the_document_is_of_heads_template(tmp_path: Path) -> None:
-    assert matrix_doc.status(tmp_path) == (
-        "docs/MATRIX.md: the whole matrix has not been checked yet"
+    no_gpu = f"; its GPU matrix: not run yet ({tmp_path / 'gpu'}/ holds no shard reports)"
+    assert matrix_doc.status(tmp_path, gpu_root=tmp_path / "gpu") == (
+        f"docs/MATRIX.md: the whole matrix has not been checked yet{no_gpu}"
     )
     shard(tmp_path / "current", 1, 2, [result("image", 1)])
-    assert matrix_doc.status(tmp_path / "current") == (
-        "docs/MATRIX.md is current: HEAD's template, 1 combinations checked, 0 failed"
+    assert matrix_doc.status(tmp_path / "current", gpu_root=tmp_path / "gpu") == (
+        f"docs/MATRIX.md is current: HEAD's template, 1 combinations checked, 0 failed{no_gpu}"
     )
     changed = last_template_commit()
     before = f"{changed}~1"
     shard(tmp_path / "old", 1, 2, [result("image", 1)], trees=OLD_TREES, commit=before)
-    line = matrix_doc.status(tmp_path / "old")
+    line = matrix_doc.status(tmp_path / "old", gpu_root=tmp_path / "gpu")
     assert line.startswith("docs/MATRIX.md is not current (1 combinations checked, 0 failed): ")
     assert f"template commit(s) came after it: {changed[:7]}" in line
+
+
+def test_the_status_says_whether_the_gpu_matrix_is_of_heads_template(tmp_path: Path) -> None:
+    shard(tmp_path / "cpu", 1, 1, [result("image", 1)])
+    gpu_shard(tmp_path / "gpu", 1, 2, [result("image", 1)])
+    line = matrix_doc.status(tmp_path / "cpu", gpu_root=tmp_path / "gpu")
+    assert line == (
+        "docs/MATRIX.md is current: HEAD's template, 1 combinations checked, 0 failed; "
+        "its GPU matrix is current: HEAD's template, 1 combinations checked, 0 failed"
+    )
+    changed = last_template_commit()
+    gpu_shard(tmp_path / "old", 1, 1, [result("text", 1)], trees=OLD_TREES, commit=f"{changed}~1")
+    line = matrix_doc.status(tmp_path / "cpu", gpu_root=tmp_path / "old")
+    assert "; its GPU matrix is not current (1 combinations checked, 0 failed): " in line
+    assert f"template commit(s) came after it: {changed[:7]}" in line
+    shard(tmp_path / "on-cpu", 1, 1, [result("text", 1)])  # a CPU check in the GPU's folder
+    line = matrix_doc.status(tmp_path / "cpu", gpu_root=tmp_path / "on-cpu")
+    assert line.endswith(
+        "its GPU matrix: its shard reports do not merge "
+        f"({tmp_path / 'on-cpu'}: shards checked with --device cpu, not cuda)"
+    )
 
 
 def test_make_test_prints_the_status_line() -> None:
@@ -146,7 +180,7 @@ def test_the_committed_document_is_what_the_generator_writes() -> None:
         return
     written = matrix_doc.MATRIX_MD.read_text(encoding="utf-8")
     rewrite = "differs from what `python -m generator report matrix` writes"
-    assert written == markdown(matrix), f"docs/MATRIX.md {rewrite}"
+    assert written == matrix_doc.document(matrix), f"docs/MATRIX.md {rewrite}"
     start, end = matrix_doc.README_MARKERS
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
     assert f"{start}\n{readme_figures(matrix)}\n{end}" in readme, f"README.md's figures {rewrite}"
@@ -164,3 +198,51 @@ def test_the_document_says_when_every_pair_of_answers_met_in_a_passing_suite(
     shard(tmp_path, 1, 1, tested)
     text = markdown(matrix_doc.load(tmp_path), space)
     assert "Every two answers of any two questions (" in text
+
+
+def test_without_gpu_reports_the_document_says_how_to_make_them(tmp_path: Path) -> None:
+    shard(tmp_path / "cpu", 1, 1, [result("image", 1)])
+    text = matrix_doc.document(matrix_doc.load(tmp_path / "cpu"), tmp_path / "gpu")
+    section = text.split("\n## The GPU matrix\n\n", 1)[1]
+    assert section == (
+        f"No GPU report is committed yet: shard I of N is `{matrix_gpu.COMMAND}`, then "
+        "`python -m generator report matrix` writes it here; the two-process combinations "
+        "(`--set distributed=multi`) need a machine with two GPUs.\n"
+    )
+    assert "[the last section](#the-gpu-matrix)" in text
+
+
+def test_the_gpu_command_checks_the_gpu_matrix_into_the_folder_report_matrix_reads() -> None:
+    command = matrix_gpu.COMMAND.replace("I/N", "2/4").replace("shard-I-of-N", "shard-2-of-4")
+    args = get_parser().parse_args(command.split()[3:])
+    assert args.gpu_matrix and args.device == "cuda" and args.sets == ["distributed=single"]
+    assert REPO_ROOT / args.report == matrix_doc.GPU_DIR / "shard-2-of-4"
+
+
+def test_the_gpu_section_counts_failures_machines_and_trees(tmp_path: Path) -> None:
+    cpu = shard(tmp_path / "cpu", 1, 1, [result("image", 1)]).parent
+    image = result("image", 1, tests=True)
+    gpu_shard(tmp_path / "gpu", 1, 3, [image, result("text", 2, failing="train")])
+    gpu_shard(tmp_path / "gpu", 3, 3, [result("text", 3)], trees=OLD_TREES)
+    with pytest.raises(ReportError, match="of different templates"):
+        matrix_doc.document(matrix_doc.load(cpu), tmp_path / "gpu")
+    gpu_shard(tmp_path / "gpu", 3, 3, [result("text", 3)])
+    section = matrix_doc.document(matrix_doc.load(cpu), tmp_path / "gpu").split(
+        "## The GPU matrix", 1
+    )[1]
+    assert "**3 of 120 combinations checked on the GPU, 2 passed, 1 failed**; 1 ran" in section
+    assert "Shard I ran `python -m generator check --gpu-matrix --set distributed=single " in (
+        " ".join(section.split())
+    )
+    assert "Shards not run yet: 2/3." in section
+    assert "| device | cuda, 2 combinations at a time |" in section
+    assert "Python 3.11, torch None; GPUs: 2 x NVIDIA H200 |" in section
+    assert "These trees are the CPU matrix's;" in section
+    assert "- `text-2`: train (`python -m generator check --device cuda --set" in section
+    assert "| `image-1` | pass | yes | 10 |" in section
+    assert "need a machine with two GPUs" in section
+    # image and text, each with fp16 and with single: image's two met in a passing suite.
+    assert "Own suites passed on the GPU for 2 of the 4 pairs of answers checked here" in section
+    old = shard(tmp_path / "old", 1, 1, [result("image", 1)], trees=OLD_TREES).parent
+    section = matrix_doc.document(matrix_doc.load(old), tmp_path / "gpu")
+    assert "These trees are not the CPU matrix's;" in section
