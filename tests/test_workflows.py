@@ -1,5 +1,6 @@
-"""The CI workflows: pull requests run lint, tests and the pairwise check; the GPU matrix's
-jobs check every combination of copier.yml exactly once, each on a runner that can run it."""
+"""The CI workflows: pull requests run lint, tests and the pairwise check; the nightly CPU
+matrix checks every combination of copier.yml exactly once; the GPU matrix's jobs check
+every combination of the device questions exactly once, each on a runner that can run it."""
 
 from __future__ import annotations
 
@@ -18,12 +19,17 @@ from generator import REPO_ROOT
 from generator.answers import Answers, load_space
 from generator.cli import get_parser
 from generator.launch import processes
+from generator.matrix_doc import GPU_DIR, shard_folders
 from generator.render import render
-from generator.selection import Shard, select
+from generator.selection import DEVICE_FREE, Shard, check_selection, select
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 BIN = Path(sys.executable).parent  # check-jsonschema and zizmor: `.[dev]` installs them
 SPACE = load_space()
+TASKS, PRECISIONS = (
+    next(axis.choices for axis in SPACE.axes if axis.name == name)
+    for name in ("task_type", "mixed_precision")
+)
 CHECK = re.compile(r"-m generator check (.*)")
 MATRIX_VALUE = re.compile(r"\$\{\{\s*matrix\.(\w+)\s*\}\}")
 
@@ -60,9 +66,13 @@ def expand(text: str, values: dict[str, str]) -> str:
 
 
 def selected(args: list[str], device: str = "cuda") -> list[Answers]:
+    """The combinations `check ARGS` checks, on `device`."""
     parsed = get_parser().parse_args(["check", *args])
-    assert parsed.all and parsed.device == device, f"a matrix runs --all --device {device}: {args}"
-    return select(SPACE, parsed.sets, shard=Shard.parse(parsed.shard))[1]
+    assert parsed.device == device, f"a matrix runs --device {device}: {args}"
+    shard = Shard.parse(parsed.shard)
+    return select(
+        SPACE, parsed.sets, pairwise_only=parsed.pairwise, gpu_matrix=parsed.gpu_matrix, shard=shard
+    )[1]
 
 
 def test_ci_runs_lint_tests_and_the_pairwise_check_on_pull_requests() -> None:
@@ -81,17 +91,51 @@ def test_make_test_runs_the_tests_and_the_pairwise_check() -> None:
     assert re.search(r"-m generator check --pairwise\b.*--device cpu", printed), printed
 
 
-def test_gpu_matrix_checks_every_combination_exactly_once() -> None:
-    jobs = load("gpu-matrix.yml")["jobs"].values()
-    counts = Counter(
-        SPACE.slug(answers)
-        for job in jobs
-        for args in check_invocations(job)
-        for answers in selected(args)
-    )
-    expected = Counter(SPACE.slug(answers) for answers in SPACE.combinations())
-    assert sorted((counts - expected).elements()) == [], "checked more than once"
-    assert sorted((expected - counts).elements()) == [], "never checked"
+def test_gpu_matrix_checks_the_device_combinations_once_with_the_check_sample() -> None:
+    """Each job checks `--gpu-matrix` of one distributed choice: its shards select each of
+    that selection's combinations once and run the own suites an unsharded check samples
+    (each task with each precision). Together the jobs take each distributed choice once,
+    so every combination of the questions that change what runs on a GPU is checked once."""
+    device = [axis for axis in SPACE.axes if axis.name not in DEVICE_FREE]
+    device_parts: Counter[tuple] = Counter()
+    for name, job in load("gpu-matrix.yml")["jobs"].items():
+        parsed = [get_parser().parse_args(["check", *args]) for args in check_invocations(job)]
+        assert parsed and all(p.gpu_matrix and p.device == "cuda" for p in parsed), name
+        ((sets, tests),) = {(tuple(p.sets), p.project_tests) for p in parsed}  # one selection
+        whole, sample = check_selection(SPACE, sets, "1/1", gpu_matrix=True, project_tests=tests)
+        checked, tested = Counter(), Counter()
+        for p in parsed:
+            combinations, shard_sample = check_selection(
+                SPACE, p.sets, p.shard, gpu_matrix=True, project_tests=p.project_tests
+            )
+            assert shard_sample == sample, f"{name}: shard {p.shard} samples other suites"
+            checked.update(SPACE.slug(c) for c in combinations)
+            tested.update(SPACE.slug(c) for c in combinations if c in shard_sample)
+        assert checked == Counter(SPACE.slug(c) for c in whole), name
+        assert tested == Counter(SPACE.slug(c) for c in sample), name
+        pairs = Counter((c["task_type"], c["mixed_precision"]) for c in sample)
+        assert len(pairs) == len(TASKS) * len(PRECISIONS) == len(sample), name  # one suite each
+        device_parts.update(tuple(c[axis.name] for axis in device) for c in whole)
+    product = itertools.product(*(axis.choices for axis in device))
+    assert device_parts == Counter(product), "a device combination checked twice or never"
+
+
+def test_gpu_matrix_shards_write_their_reports_where_report_matrix_reads_them(
+    tmp_path: Path,
+) -> None:
+    single = load("gpu-matrix.yml")["jobs"]["single"]
+    count = len(single["strategy"]["matrix"]["shard"])
+    reports = [get_parser().parse_args(["check", *a]).report for a in check_invocations(single)]
+    folders = [
+        GPU_DIR.relative_to(REPO_ROOT) / f"shard-{i}-of-{count}" for i in range(1, count + 1)
+    ]
+    assert reports == folders
+    for folder in folders:  # as `gh run download --dir docs/gpu-matrix` unpacks them
+        (tmp_path / folder.name).mkdir()
+    assert shard_folders(tmp_path) == [tmp_path / folder.name for folder in folders]
+    (upload,) = [s["with"] for s in single["steps"] if "upload-artifact" in s.get("uses", "")]
+    assert expand(upload["name"], {"shard": "2"}) == folders[1].name
+    assert expand(upload["path"], {"shard": "2"}) == f"{folders[1].as_posix()}/"
 
 
 def test_the_nightly_cpu_matrix_checks_every_combination_exactly_once() -> None:
