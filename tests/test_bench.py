@@ -100,3 +100,24 @@ def test_check_cost(tmp_path: Path) -> None:
         assert run["cpu_s_per_combination"] > 0
         assert set(run["stage_s"]) == {"render", "lint", "train", "resume", "export"}
     assert result["cpu_ratio"] > 0
+
+
+@pytest.mark.slow
+def test_gpu_throughput_runs_on_a_cpu_with_tiny_workloads(tmp_path: Path) -> None:
+    """The script's CPU check (its figures are for a GPU): both loops train the language
+    model (tokens/s) with fp16's scaler path, which the CPU leaves off."""
+    out = tmp_path / "gpu.json"
+    args = ["--device", "cpu", "--tiny", "--task", "language_modeling", "--steps", "7"]
+    run_bench(
+        "gpu_throughput.py", *args, "--precision", "fp16", "--compile", "false", "--out", str(out)
+    )
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["benchmark"] == "gpu_throughput" and result["device"] == "cpu"
+    (run,) = result["runs"]
+    assert run["task"] == "language_modeling"
+    assert run["trainer"]["samples_per_s"] > 0 and run["bare"]["samples_per_s"] > 0
+    assert (
+        run["trainer_over_bare"] == run["bare"]["samples_per_s"] / run["trainer"]["samples_per_s"]
+    )
+    assert run["trainer"]["tokens_per_s"] == run["trainer"]["samples_per_s"] * 32  # context
+    assert "mfu" not in run["trainer"]  # no GPU, no peak

@@ -48,7 +48,15 @@ def test_run_json_and_curves_record_the_run(short_run, tmp_path):
     assert run.keys() >= RUN_FIELDS
     assert run["start_time"] <= run["end_time"]  # ISO 8601 in one time zone sorts as text
     assert run["libraries"]["torch"] and run["libraries"]["safetensors"]
-    assert run["device"] == "cpu" and run["gpu"] is None
+    # The device a run takes when --cpu is not given: the first GPU where one is present
+    if torch.cuda.is_available():
+        assert torch.device(run["device"]).type == "cuda"
+        assert run["gpu"]["name"] == torch.cuda.get_device_name(0)
+        assert run["gpu"]["count"] == torch.cuda.device_count() and run["gpu"]["cuda"]
+    else:
+        assert run["device"] == "cpu" and run["gpu"] is None
+    # short_run is deterministic on CUDA (calls.EXACT): bit for bit on either device
+    assert run["repeatable"] == "bit for bit"
     with Image.open(tmp_path / "run" / "curves.png") as image:
         assert image.format == "PNG" and image.width > 0 and image.height > 0
         image.verify()  # raises if the file is truncated or corrupt

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
-from calls import as_arguments
+from calls import EXACT, as_arguments
 
 from image_classification_loaded.config import load_config
 from image_classification_loaded.train import main as train
@@ -142,6 +142,7 @@ def short_run_in():
             # Out of its warmup by step 3, so that resumes and schedules are tested where a
             # real run spends its steps.
             "warmup_steps": 2,
+            **EXACT,  # the tests compare short runs with each other bit for bit
             # A narrow model: most tests run a few steps many times, and what they check does
             # not depend on its size (test_fast_dev_run runs the defaults).
             "width": 8,

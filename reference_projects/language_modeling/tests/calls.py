@@ -1,9 +1,16 @@
-"""How the tests call a project's commands: fields as `--name=value` arguments, and the one
-line a command exits with when it refuses its input."""
+"""How the tests call a project's commands: fields as `--name=value` arguments, the fields
+of runs compared bit for bit, and the one line a command exits with when it refuses its input."""
 
 from collections.abc import Callable
 
 import pytest
+import torch
+
+# Fields of every run that a test compares bit for bit with another. On CUDA, cuDNN's
+# autotuning and its non-deterministic kernels make two runs of one command differ in the
+# last bits from the first step, so there such runs ask for deterministic kernels; on the
+# CPU a run is repeatable as it is, and the tests run the default.
+EXACT = {"deterministic": True} if torch.cuda.is_available() else {}
 
 
 def as_arguments(fields: dict, *extra: str) -> list[str]:

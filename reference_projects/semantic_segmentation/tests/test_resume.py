@@ -1,5 +1,6 @@
 """Exact, crash-safe resume: a run killed at any step and rerun ends exactly where an
-uninterrupted run ends (weights, optimizer state, every logged metric), bit for bit on CPU."""
+uninterrupted run ends (weights, optimizer state, every logged metric), bit for bit: on the
+CPU as it runs by default, on CUDA with --deterministic true (calls.EXACT)."""
 
 import json
 import random
@@ -7,7 +8,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from calls import as_arguments
+from calls import EXACT, as_arguments
 from run_logs import assert_same_end, logged
 
 from semantic_segmentation import task
@@ -21,6 +22,7 @@ RUN_FIELDS = {
     "log_every": 1,
     "eval_every": 10,
     "checkpoint_every": 5,
+    **EXACT,
 }
 
 

@@ -35,6 +35,21 @@ def test_mean_iou_from_pixel_counts_over_every_batch():
     assert result["loss"] == pytest.approx(expected.item())
 
 
+def test_the_loss_over_pixel_rows_is_cross_entropy_over_the_image_shaped_logits():
+    """compute_loss, with the kernel --deterministic true allows on CUDA, gives the loss
+    and the gradient of cross-entropy on (B, K, H, W) logits: float32 sums in another order."""
+    torch.manual_seed(0)
+    logits = torch.randn(3, 4, 5, 6, requires_grad=True)
+    targets = torch.randint(0, 4, (3, 5, 6))
+    loss = task.compute_loss(logits, targets)
+    (gradient,) = torch.autograd.grad(loss, logits)
+    expected = F.cross_entropy(logits, targets)
+    (expected_gradient,) = torch.autograd.grad(expected, logits)
+    torch.testing.assert_close(loss, expected, rtol=1e-6, atol=0)
+    torch.testing.assert_close(gradient, expected_gradient, rtol=1e-6, atol=1e-9)
+    assert task.pixel_rows(logits)[5 * 6 + 6 + 2].tolist() == logits[1, :, 1, 2].tolist()
+
+
 def test_a_class_never_predicted_scores_zero():
     metrics = metrics_for(2)
     metrics.update(logits_for([[0, 0, 0, 0]], 2), torch.tensor([[[0, 0, 0, 1]]]))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
-from calls import as_arguments
+from calls import EXACT, as_arguments
 
 from tabular_regression.config import load_config
 from tabular_regression.train import main as train
@@ -141,6 +141,7 @@ def short_run_in():
             # Out of its warmup by step 3, so that resumes and schedules are tested where a
             # real run spends its steps.
             "warmup_steps": 2,
+            **EXACT,  # the tests compare short runs with each other bit for bit
         }
         return as_arguments(fields, *extra)
 

@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 # Timings differ between runs; everything else a run logs must be identical.
-TIMINGS = {"samples_per_s", "tokens_per_s", "data_wait", "eval_s"}
+TIMINGS = {"samples_per_s", "tokens_per_s", "mfu", "data_wait", "eval_s"}
 
 
 def logged(output_dir: Path) -> list[dict]:

@@ -10,10 +10,12 @@ and the embedded documentation is 99.75% ASCII, so there the two differ by 0.25%
 import math
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn import functional as F
 
+from .config import TrainConfig
 from .data import IGNORE, Preprocess, is_continuation
+from .flops import flops_per_token, peak_flops, utilization
 
 TASK = "language_modeling"
 METRIC = "bits_per_char"  # the metric that picks the best checkpoint and goes into summary.json
@@ -69,3 +71,16 @@ def baseline(train_targets: Tensor, eval_targets: Tensor) -> float:
     bits = -(counts.double() / counts.sum()).log2()
     scored = eval_targets[eval_targets != IGNORE]
     return bits[scored].sum().item() / max(1, count_chars(eval_targets).item())
+
+
+def token_rates(
+    samples_per_s: float | None, model: nn.Module, cfg: TrainConfig, device: torch.device
+) -> dict[str, float | None]:
+    """Tokens/s of a measured samples/s (a sample is `context` tokens), and MFU on a GPU of
+    known peak (flops.py); a CPU or another GPU has no MFU rather than a guess."""
+    tokens_per_s = samples_per_s and samples_per_s * cfg.context
+    peak = peak_flops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+    if peak is None:
+        return {"tokens_per_s": tokens_per_s}
+    token_flops = flops_per_token(model, cfg.layers, cfg.width, cfg.context)
+    return {"tokens_per_s": tokens_per_s, "mfu": utilization(tokens_per_s, token_flops, peak)}

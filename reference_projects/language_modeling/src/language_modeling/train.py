@@ -136,7 +136,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
             if progress.step % cfg.log_every == 0 or last_step:
                 record = window.close(progress.epoch, grad_norm, lr)
-                record["tokens_per_s"] = record["samples_per_s"] * cfg.context
+                record |= task.token_rates(record["samples_per_s"], raw_model, cfg, device)
                 metrics_log.write(record)
                 report.show(progress.step, record)
                 throughput.logged(record["samples"])
@@ -168,7 +168,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     # --- final save and summary
     summary = _summary(progress, eval_metrics, baseline_value, batches_per_epoch, throughput)
     summary["stopped_early"] = stopping.stops(progress)
-    summary["tokens_per_s"] = summary["samples_per_s"] and summary["samples_per_s"] * cfg.context
+    summary |= task.token_rates(summary["samples_per_s"], raw_model, cfg, device)
     on_main_process(
         accelerator, lambda: finish_run_folder(cfg, average.module, datasets.preprocess, summary)
     )

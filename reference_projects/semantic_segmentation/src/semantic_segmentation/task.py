@@ -23,7 +23,14 @@ DYNAMIC_SHAPES = False
 
 def compute_loss(logits: Tensor, targets: Tensor) -> Tensor:
     """Mean cross-entropy over every pixel; `logits` (B, K, H, W), `targets` (B, H, W) ids."""
-    return F.cross_entropy(logits, targets)
+    return F.cross_entropy(pixel_rows(logits), targets.flatten())
+
+
+def pixel_rows(logits: Tensor) -> Tensor:
+    """(B, K, H, W) -> (B * H * W, K): a row of class logits per pixel. Cross-entropy over
+    these rows is the same as over the image-shaped logits, but CUDA has a deterministic
+    kernel only for rows (--deterministic true refuses the image-shaped one)."""
+    return logits.movedim(1, -1).flatten(0, -2)
 
 
 def confusion_matrix(predictions: Tensor, targets: Tensor, num_classes: int) -> Tensor:
@@ -56,7 +63,8 @@ class Metrics:
     def update(self, logits: Tensor, targets: Tensor) -> None:
         num_classes = logits.shape[1]
         self.confusion += confusion_matrix(logits.argmax(dim=1), targets, num_classes)
-        self.loss_sum += F.cross_entropy(logits.float(), targets, reduction="sum")
+        rows = pixel_rows(logits.float())
+        self.loss_sum += F.cross_entropy(rows, targets.flatten(), reduction="sum")
         self.pixels += targets.numel()
 
     def compute(self) -> dict[str, float]:

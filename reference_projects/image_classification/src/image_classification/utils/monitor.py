@@ -200,7 +200,7 @@ class ProgressReport:
         )
 
     def show(self, step: int, record: dict[str, Any]) -> None:
-        """The training record of log step `step`: its loss and learning rate."""
+        """The training record of log step `step`: its loss, learning rate and speed."""
         loss, lr = record["loss"], record["lr"]
         if self.terminal:
             self.bar.update(step - self.bar.n)
@@ -210,13 +210,25 @@ class ProgressReport:
         if self.shown and due:
             self.last_line = time.monotonic()
             log = logging.getLogger(__name__.partition(".")[0])
-            log.info("step %d/%d | loss %.4f | lr %.2e", step, self.total, loss, lr)
+            line = f"step {step}/{self.total} | loss {loss:.4f} | lr {lr:.2e}"
+            log.info("%s | %s", line, speed(record))
 
     def __enter__(self) -> "ProgressReport":
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.bar.close()
+
+
+def speed(record: dict[str, Any]) -> str:
+    """A record's throughput as a log line shows it: samples/s, then the rates the task adds
+    where it logs them (tokens/s, and MFU on a GPU of known peak)."""
+    shown = [f"{record['samples_per_s']:,.0f} samples/s"]
+    if "tokens_per_s" in record:
+        shown.append(f"{record['tokens_per_s']:,.0f} tokens/s")
+    if "mfu" in record:
+        shown.append(f"MFU {record['mfu']:.1%}")
+    return " | ".join(shown)
 
 
 def configure_logging(level: int) -> None:

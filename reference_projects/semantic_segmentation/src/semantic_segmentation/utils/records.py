@@ -148,6 +148,7 @@ def run_info(
         "world_size": world_size,
         "device": str(device),
         "gpu": _gpu(device),
+        "repeatable": _repeatable(config.deterministic, device),
         "host": socket.gethostname(),
         "command": " ".join(sys.argv),
         "start_time": _now(),
@@ -182,6 +183,16 @@ def _gpu(device: torch.device) -> dict[str, Any] | None:
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version(),
     }
+
+
+def _repeatable(deterministic: bool, device: torch.device) -> str:
+    """What a second run of the same command, or a killed run resumed, gives: the README's
+    "Resuming" section says why."""
+    if deterministic or device.type == "cpu":
+        return "bit for bit"
+    # Every state resumes exactly, but cuDNN's autotuning and CUDA's atomic adds sum in an
+    # order that varies between runs: the last bits differ from the first step on.
+    return "within run-to-run noise (--deterministic true for bit for bit)"
 
 
 def _versions(names: tuple[str, ...]) -> dict[str, str | None]:
