@@ -20,11 +20,12 @@ from pathlib import Path
 from generator import matrix_doc, reference_runs, references
 from generator.answers import AnswerError, Answers, AnswerSpace, load_space
 from generator.check import Result
+from generator.folders import require_folder
 from generator.launch import Options, processes, visible_gpus
 from generator.parallel import check_all
 from generator.provenance import machine, now, template_commit, template_trees
 from generator.render import render
-from generator.report import merge, write_report
+from generator.report import REPORT_FOLDER, merge, require_report_folder, write_report
 from generator.selection import Shard, check_selection, select, sweep_sample
 from generator.server import ServerDied
 
@@ -59,6 +60,10 @@ def check_combinations(args: argparse.Namespace, argv: Sequence[str]) -> int:
         gpu_matrix=args.gpu_matrix,
         project_tests=args.project_tests,
     )
+    if args.report:
+        require_report_folder(args.report)
+    if args.workdir:
+        require_folder(args.workdir, "--workdir", REPORT_FOLDER)
     if args.device == "cuda":
         _require_gpus(combinations)
     # How many the shards of this command check together (docs/MATRIX.md counts against it).
@@ -119,6 +124,7 @@ def check_combinations(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def merge_reports(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    require_report_folder(args.report)
     results, meta = merge(args.shards, "python -m generator " + shlex.join(argv))
     failed = sum(not result.ok for result in results)
     print(f"{len(results) - failed} passed, {failed} failed in {len(args.shards)} shard(s)")

@@ -18,6 +18,7 @@ from copier.errors import DirtyLocalWarning
 
 from generator import REPO_ROOT
 from generator.answers import Answer
+from generator.folders import require_folder
 
 ANSWERS_FILE = ".copier-answers.yml"
 # What copier reads besides copier.yml: the rendered tree, and the partials it imports
@@ -25,19 +26,17 @@ ANSWERS_FILE = ".copier-answers.yml"
 TEMPLATE_FOLDERS = ("template", "includes")
 
 
-class RenderError(ValueError):
-    """The destination can't take a render; the message is one line."""
-
-
 def render(answers: Mapping[str, Answer], dest: Path, *, template: Path = REPO_ROOT) -> Path:
     """Render `template` into `dest` with `answers` (defaults for the rest) and return `dest`.
+
+    `dest` is a new or empty folder; anything else is refused (FolderError, one line) before
+    copier writes a file.
 
     `vcs_ref="HEAD"` makes copier render the working tree, uncommitted changes included;
     without it copier would check out the newest tag and test a release instead of the change.
     """
     dest = Path(dest)
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise RenderError(f"destination {dest} is not an empty directory")
+    require_folder(dest, "destination", "render writes into a new or empty folder", empty=True)
     with warnings.catch_warnings():
         # Uncommitted template changes are what a developer renders on purpose.
         warnings.simplefilter("ignore", DirtyLocalWarning)

@@ -11,7 +11,9 @@ from typing import Any
 
 from generator.answers import Answer, answer_text
 from generator.check import Result, Stage
+from generator.folders import require_folder, write_whole
 
+REPORT_FOLDER = "it takes a folder, new or existing, that this user can write on a disk with room"
 # What shards must share, by the key reports record it under.
 _KINDS = {"trees": "templates (tree hashes)", "commit": "commits", "device": "devices"}
 
@@ -84,13 +86,17 @@ def as_markdown(results: Sequence[Result], meta: Mapping[str, Any]) -> str:
 
 
 def write_report(directory: Path, results: Sequence[Result], meta: Mapping[str, Any]) -> Path:
-    """Write report.json and report.md into `directory`; returns the Markdown one."""
-    directory.mkdir(parents=True, exist_ok=True)
-    report = as_json(results, meta)
-    (directory / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    markdown = directory / "report.md"
-    markdown.write_text(as_markdown(results, meta), encoding="utf-8")
-    return markdown
+    """Write report.json and report.md into `directory`, both or neither (a full disk:
+    FolderError, one line); returns the Markdown one."""
+    report = json.dumps(as_json(results, meta), indent=2) + "\n"
+    write_whole(directory, {"report.json": report, "report.md": as_markdown(results, meta)})
+    return directory / "report.md"
+
+
+def require_report_folder(directory: Path) -> None:
+    """FolderError (one line) unless `directory` can take a report: checked before a check
+    starts, so that it cannot fail at its end for want of a place to write."""
+    require_folder(directory, "--report", REPORT_FOLDER)
 
 
 def merge(paths: Sequence[Path], command: str) -> tuple[list[Result], dict[str, Any]]:

@@ -79,13 +79,25 @@ def test_bad_set_is_one_line_and_exit_2(
     assert not dest.exists()
 
 
-def test_render_refuses_a_non_empty_destination(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("dest", "words"),
+    [
+        ("", "is a folder that holds files"),
+        ("keep.txt", "is a file"),
+        ("keep.txt/project", "is under"),
+    ],
+)
+def test_render_refuses_a_destination_that_is_not_a_new_or_empty_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], dest: str, words: str
 ) -> None:
     (tmp_path / "keep.txt").write_text("mine\n", encoding="utf-8")
-    assert main(["render", str(tmp_path)]) == 2
-    assert "not an empty directory" in capsys.readouterr().err
+    assert main(["render", str(tmp_path / dest)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured
+    assert captured.err.startswith(f"python -m generator render: error: destination {tmp_path}")
+    assert words in captured.err and "render writes into a new or empty folder" in captured.err
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+    assert (tmp_path / "keep.txt").read_text(encoding="utf-8") == "mine\n"
 
 
 def test_matrix_pairwise_lists_the_covering_set(capsys: pytest.CaptureFixture[str]) -> None:
@@ -111,6 +123,9 @@ def test_matrix_set_and_shard_narrow_the_listing(capsys: pytest.CaptureFixture[s
     [
         (["--shard", "5/4"], ["--shard '5/4'", "1 <= I <= N", "1/4"]),
         (["--shard", "two"], ["--shard 'two'", "expected I/N"]),
+        (["--shard", "0/4"], ["--shard '0/4'", "1 <= I <= N"]),
+        (["--shard", "1/0"], ["--shard '1/0'", "1 <= I <= N"]),
+        (["--shard", "x"], ["--shard 'x'", "expected I/N"]),
         (["--set", "tracker=neptune"], ["'neptune'", "allowed: none, tensorboard"]),
         (["--set", "nope=1"], ["unknown question 'nope'", "task_type"]),
     ],
