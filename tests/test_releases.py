@@ -6,6 +6,10 @@ from the template, would be dropped by the update without a word, so after a rel
 needs a `_migrations` entry (a file may instead be named in the CHANGELOG). And every test
 that renders names the ref it renders: without one, copier takes the newest tag, which would
 test a release instead of the change under test.
+
+The release rules run on this checkout's tags (none until the first release), and on real
+tags made in a temporary clone of it, where a release, a tag without an entry and a question
+or file gone since are made on purpose: so each rule is seen to fail on what it names.
 """
 
 from __future__ import annotations
@@ -43,20 +47,21 @@ def parse_version(text: str) -> Version | None:
         return None
 
 
-def git(*args: str) -> str | None:
-    """Output of a read-only git command in this checkout; None when git can't answer."""
+def git(*args: str, root: Path = REPO_ROOT) -> str | None:
+    """Output of a git command in the checkout `root`; None when git can't answer."""
     try:
         result = subprocess.run(
-            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+            ["git", *args], cwd=root, capture_output=True, text=True, timeout=60
         )
     except OSError:
         return None
     return result.stdout if result.returncode == 0 else None
 
 
-def release_tags() -> dict[str, Version]:
-    """Tags of this checkout that copier treats as versions (PEP 440, `v` prefix allowed)."""
-    listed = git("tag", "--list") or ""
+def release_tags(root: Path = REPO_ROOT) -> dict[str, Version]:
+    """Tags of the checkout `root` that copier treats as versions (PEP 440, `v` prefix
+    allowed)."""
+    listed = git("tag", "--list", root=root) or ""
     versions = {tag: parse_version(tag) for tag in listed.split()}
     return {tag: version for tag, version in versions.items() if version is not None}
 
@@ -254,35 +259,119 @@ def test_changelog_lists_releases_newest_first() -> None:
     assert len(set(versions)) == len(versions), "one entry per release"
 
 
-def test_every_release_tag_has_a_changelog_entry() -> None:
-    # Without tags (none yet, or a shallow CI clone) there is nothing to check.
-    listed = {version for _, version, _ in changelog_sections(CHANGELOG.read_text("utf-8"))}
-    missing = [
+def tags_without_an_entry(root: Path = REPO_ROOT) -> list[str]:
+    """The release tags of `root` (pre-releases aside) that its CHANGELOG.md has no entry for."""
+    changelog = (root / "CHANGELOG.md").read_text(encoding="utf-8")
+    listed = {version for _, version, _ in changelog_sections(changelog)}
+    return [
         tag
-        for tag, version in sorted(release_tags().items(), key=lambda item: item[1])
+        for tag, version in sorted(release_tags(root).items(), key=lambda item: item[1])
         if not version.is_prerelease and version not in listed
     ]
-    assert not missing, f"CHANGELOG.md has no `## <version>` entry for {missing}"
 
 
-def test_nothing_released_vanishes_without_a_migration() -> None:
-    tags = release_tags()
-    if not tags:
-        pytest.skip("no release tag in this checkout: nothing released can vanish yet")
-    now = load_config(COPIER_YML.read_text(encoding="utf-8"))
-    listed = git("ls-files", "--cached", "--others", "--exclude-standard", "--", "template")
-    current_files = {rendered_name(name) for name in (listed or "").splitlines()}
-    changelog = CHANGELOG.read_text(encoding="utf-8")
+def vanished_problems(root: Path = REPO_ROOT) -> list[str]:
+    """What `root`'s working tree has dropped since each of its release tags, unannounced:
+    an answered question that no `_migrations` entry names, and a rendered file that
+    neither one nor a later CHANGELOG entry names."""
+    now = load_config((root / "copier.yml").read_text(encoding="utf-8"))
+    # -z: NUL-separated and unquoted; git quotes the names that hold `"` (Jinja conditions).
+    listed = git(
+        "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "template", root=root
+    )
+    # The working tree's files: one deleted but not yet committed is gone already.
+    current = {rendered_name(n) for n in (listed or "").split("\0") if n and (root / n).exists()}
+    changelog = (root / "CHANGELOG.md").read_text(encoding="utf-8")
     problems = []
-    for tag, version in tags.items():
-        released = load_config(git("show", f"{tag}:copier.yml") or "")
+    for tag, version in sorted(release_tags(root).items(), key=lambda item: item[1]):
+        released = load_config(git("show", f"{tag}:copier.yml", root=root) or "")
         for name in unmigrated(answered_questions(released) - answered_questions(now), now):
             problems.append(f"{tag}: question {name!r} is gone; add a `_migrations` entry")
-        files = git("ls-tree", "-r", "--name-only", tag, "--", "template") or ""
-        gone = {rendered_name(name) for name in files.splitlines()} - current_files
+        files = git("ls-tree", "-r", "-z", "--name-only", tag, "--", "template", root=root) or ""
+        gone = {rendered_name(name) for name in files.split("\0") if name} - current
         for name in unmigrated(gone, now, entries_after(changelog, version)):
             problems.append(
                 f"{tag}: file {name} is gone, and `copier update` deletes it even when edited; "
                 "carry it over in `_migrations` or say so in CHANGELOG.md"
             )
+    return problems
+
+
+def test_every_release_tag_has_a_changelog_entry() -> None:
+    missing = tags_without_an_entry()
+    assert not missing, f"CHANGELOG.md has no `## <version>` entry for {missing}"
+
+
+def test_nothing_released_vanishes_without_a_migration() -> None:
+    problems = vanished_problems()
     assert not problems, "\n".join(problems)
+
+
+# --- the release rules on real tags, in a clone of this repository
+
+
+@pytest.fixture
+def clone(tmp_path: Path) -> Path:
+    """A clone of this repository's HEAD, its own tags left behind."""
+    root = tmp_path / "clone"
+    cloned = git("clone", "--quiet", "--local", "--no-tags", str(REPO_ROOT), str(root))
+    assert cloned is not None, "git clone failed"
+    return root
+
+
+def tag(root: Path, name: str) -> None:
+    assert git("tag", name, "HEAD", root=root) is not None, f"git tag {name} failed"
+
+
+def release(root: Path, version: str) -> None:
+    """Release as README.md says: the Unreleased changes become `## version`, committed and
+    tagged `v<version>`."""
+    path = root / "CHANGELOG.md"
+    changelog = path.read_text(encoding="utf-8")
+    path.write_text(changelog.replace(f"## {UNRELEASED}\n", f"## {version}\n", 1), "utf-8")
+    identity = ["-c", "user.name=Release", "-c", "user.email=release@example.com"]
+    committed = git(*identity, "commit", "--quiet", "-m", version, "--", "CHANGELOG.md", root=root)
+    assert committed is not None, "git commit failed"
+    tag(root, f"v{version}")
+
+
+def add_unreleased(root: Path, text: str) -> None:
+    """A `## Unreleased` entry holding `text`, before the clone's first entry."""
+    path = root / "CHANGELOG.md"
+    changelog = path.read_text(encoding="utf-8")
+    first = HEADING.search(changelog).start()
+    entry = f"## {UNRELEASED}\n\n- {text}\n\n"
+    path.write_text(changelog[:first] + entry + changelog[first:], encoding="utf-8")
+
+
+def test_a_release_tag_without_a_changelog_entry_is_found(clone: Path) -> None:
+    tag(clone, "v99.0.0")
+    tag(clone, "v99.1.0rc1")  # a pre-release needs no entry of its own
+    tag(clone, "not-a-version")
+    assert tags_without_an_entry(clone) == ["v99.0.0"]
+    release(clone, "99.0.1")
+    assert tags_without_an_entry(clone) == ["v99.0.0"]  # the new release has its entry
+
+
+def test_a_question_or_file_gone_since_a_release_is_found_until_announced(clone: Path) -> None:
+    release(clone, "99.0.0")
+    assert vanished_problems(clone) == []  # the release itself: nothing gone
+    # The next version drops a question and a file, in the working tree (uncommitted).
+    config = clone / "copier.yml"
+    text = config.read_text(encoding="utf-8")
+    question = re.search(r"^tracker:\n(?:[ #].*\n|\n)*", text, re.MULTILINE)
+    config.write_text(text[: question.start()] + text[question.end() :], encoding="utf-8")
+    assert "tracker" not in load_config(config.read_text(encoding="utf-8"))
+    (clone / "template" / "Makefile.jinja").unlink()
+    problems = vanished_problems(clone)
+    assert len(problems) == 2, problems
+    assert problems[0].startswith("v99.0.0: question 'tracker' is gone"), problems
+    assert problems[1].startswith("v99.0.0: file Makefile is gone"), problems
+    # Announced: the file in the next version's CHANGELOG entry, the question by a migration.
+    add_unreleased(clone, "Makefile is gone: its targets moved to tox.ini.")
+    problems = vanished_problems(clone)
+    assert len(problems) == 1 and "question 'tracker'" in problems[0], problems
+    migration = "\n_migrations:\n  - version: v99.1.0\n    command: python carry.py tracker\n"
+    config.write_text(config.read_text(encoding="utf-8") + migration, encoding="utf-8")
+    assert migration_problems(load_config(config.read_text(encoding="utf-8"))) == []
+    assert vanished_problems(clone) == []
