@@ -67,11 +67,16 @@ def test_reserved_package_names_cover_the_frameworks() -> None:
 def test_reserved_package_names_cover_every_import_of_the_template() -> None:
     # A project named after a module it imports would shadow that module.
     reserved = set(CONFIG["reserved_package_names"]["default"].split())
-    imports = re.compile(r"^\s*(?:from|import) ([A-Za-z_]\w*)", re.MULTILINE)
+    # Statements, not prose: `from X[.y] import` or `import X[.y][ as z][, ...]` at a line's
+    # end (a docstring's "from that checkpoint." is not an import).
+    from_ = r"from ([A-Za-z_]\w*)[\w.]* import "
+    import_ = r"import ([A-Za-z_]\w*)[\w.]*(?: as \w+)?(?:,|\s*(?:#.*)?$)"
+    statement = rf"^\s*(?:{from_}|{import_})"
+    imports = re.compile(statement, re.MULTILINE)
     imported = {
-        name.lower()
+        (name_from or name).lower()
         for path in (REPO_ROOT / "template").rglob("*")
         if path.name.endswith((".py", ".py.jinja"))
-        for name in imports.findall(path.read_text(encoding="utf-8"))
+        for name_from, name in imports.findall(path.read_text(encoding="utf-8"))
     }
     assert not imported - reserved, f"add to reserved_package_names: {sorted(imported - reserved)}"
