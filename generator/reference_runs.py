@@ -29,6 +29,7 @@ from generator.references import (
     references,
     render_reference,
     select,
+    sources_digest,
 )
 from generator.render import package_of
 from generator.results import Trained, index_text, write_results
@@ -114,7 +115,8 @@ def train_reference(ref: Reference, folder: Path, options: Options) -> Outcome:
             if failure:
                 return Outcome(ref, False, failure)
         tuned_run = runs[1].done(model["pretrained"]) if ref.fine_tuning else None
-        s = write_results(ref, project, runs[0].done(), tuned_run)
+        sources = sources_digest(project)
+        s = write_results(ref, project, runs[0].done(), tuned_run, sources=sources)
     except Exception:  # a timeout or a missing file fails this reference, not the others
         return Outcome(ref, False, f"$ {shown(command)}\n{traceback.format_exc()}")
     line = (

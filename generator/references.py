@@ -10,7 +10,9 @@ tracker). Each is generated output, never edited by hand:
             config (FINE_TUNING) into results/fine-tuned.json and fine-tuned-curves.png
     check   render each again into a temporary folder and compare every file with the
             committed one (missing, extra and differing files); the results are exempt, as
-            they change from machine to machine, but must be there
+            they change from machine to machine, but must be there, and must have been
+            trained from the files the template renders now: each results JSON records the
+            digest of the project's src/ and configs/ it trained from (sources_digest)
     test    run each committed reference project's own tests
 
 This module lists the references and checks them; generator.reference_runs holds `sync` and
@@ -26,6 +28,8 @@ that holds the file, which `check` in CI proves was rendered from the template a
 from __future__ import annotations
 
 import fnmatch
+import hashlib
+import json
 import re
 import tempfile
 from collections.abc import Sequence
@@ -42,6 +46,7 @@ from generator.results import (
     RESULTS_DIR,
     RESULTS_JSON,
     RESULTS_MD,
+    SOURCES,
     index_text,
 )
 
@@ -68,6 +73,10 @@ SWEEP_TEST_TASKS = ("image_classification", "language_modeling")
 # A second run that `sync` records for a task's reference project: the project's config file
 # that fine-tunes a pretrained model (README: Fine-tuning a pretrained model).
 FINE_TUNING = {"text_classification": "configs/pretrained.yaml"}
+# What a reference's recorded runs depend on, of its files: the package (model, data, loop)
+# and the config files (the fine-tuning run's, the launch configs). The rest (README, tests,
+# CI, packaging) can change without making the results stale.
+TRAINED_FROM = ("src", "configs")
 
 
 @dataclass(frozen=True)
@@ -182,6 +191,45 @@ def is_result(relative: str) -> bool:
     return relative == RESULTS_MD or relative.startswith(f"{RESULTS_DIR}/")
 
 
+def sources_digest(project: Path) -> str:
+    """sha256 of the files under TRAINED_FROM in `project` (each one's path and bytes, in
+    order of path), its .gitignore'd files (caches) aside: the same for the same files."""
+    patterns = ignore_patterns(project)
+    digest = hashlib.sha256()
+    files = sorted(
+        path for path in project_files(project, patterns) if path.split("/", 1)[0] in TRAINED_FROM
+    )
+    for path in files:
+        content = (project / path).read_bytes()
+        digest.update(f"{path}\0{len(content)}\0".encode())
+        digest.update(content)
+    return digest.hexdigest()
+
+
+def stale_results(project: Path, ref: Reference, sources: str) -> list[str]:
+    """One line for each results JSON in `project` that was not trained from the files whose
+    sources_digest is `sources`, naming the command that trains it again."""
+    problems = []
+    for path in (RESULTS_JSON, FINE_TUNED_JSON) if ref.fine_tuning else (RESULTS_JSON,):
+        if not (project / path).is_file():
+            continue  # compare() says it is missing
+        try:
+            recorded = json.loads((project / path).read_text(encoding="utf-8")).get(SOURCES)
+        except (OSError, ValueError, AttributeError):
+            recorded = None
+        folders = " and ".join(f"{folder}/" for folder in TRAINED_FROM)
+        if recorded is None:
+            what = f"records no digest of the {folders} it was trained from"
+        else:
+            what = f"was trained from other {folders} than the template renders now"
+        if recorded != sources:
+            problems.append(
+                f"{ref.name}/{path}: {what} (stale results); "
+                f"run `python -m generator references sync --only {ref.name}`"
+            )
+    return problems
+
+
 # --- check
 
 
@@ -231,4 +279,5 @@ def compare(fresh: Path, committed: Path, ref: Reference) -> list[str]:
     for path in results:
         if path not in present:
             problems.append(f"{name}/{path}: missing (run `python -m generator references sync`)")
+    problems += stale_results(committed, ref, sources_digest(fresh))
     return sorted(problems)

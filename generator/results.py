@@ -36,6 +36,8 @@ CURVES_PNG = f"{RESULTS_DIR}/curves.png"
 FINE_TUNED_JSON = f"{RESULTS_DIR}/fine-tuned.json"
 FINE_TUNED_PNG = f"{RESULTS_DIR}/fine-tuned-curves.png"
 LIBRARIES = ("python", "torch", "accelerate", "numpy")
+# The key under which a results JSON records references.sources_digest of its project.
+SOURCES = "sources_sha256"
 
 
 @dataclass(frozen=True)
@@ -49,17 +51,25 @@ class Trained:
 
 
 def write_results(
-    ref: Reference, project: Path, default: Trained, fine_tuned: Trained | None = None
+    ref: Reference,
+    project: Path,
+    default: Trained,
+    fine_tuned: Trained | None = None,
+    *,
+    sources: str,
 ) -> dict[str, Any]:
     """RESULTS.md, results/results.json and results/curves.png from the default run; with
-    `fine_tuned`, its fine-tuned.json and fine-tuned-curves.png, and a section of RESULTS.md."""
-    record = run_record(ref, project, default)
+    `fine_tuned`, its fine-tuned.json and fine-tuned-curves.png, and a section of RESULTS.md.
+
+    `sources` is the digest of the files the runs trained from (references.sources_digest),
+    which each JSON records so that `references check` refuses results of other sources."""
+    record = run_record(ref, project, default) | {SOURCES: sources}
     (project / RESULTS_DIR).mkdir()
     shutil.copyfile(default.out / "curves.png", project / CURVES_PNG)
     (project / RESULTS_JSON).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     tuned = None
     if fine_tuned:
-        tuned = run_record(ref, project, fine_tuned) | {"model": fine_tuned.model}
+        tuned = run_record(ref, project, fine_tuned) | {"model": fine_tuned.model, SOURCES: sources}
         shutil.copyfile(fine_tuned.out / "curves.png", project / FINE_TUNED_PNG)
         content = json.dumps(tuned, indent=2) + "\n"
         (project / FINE_TUNED_JSON).write_text(content, encoding="utf-8")

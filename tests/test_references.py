@@ -8,13 +8,16 @@ sync` does that, and its results are exempt from the check.
 from __future__ import annotations
 
 import itertools
+import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from generator import REPO_ROOT, reference_runs
+from generator import references as references_module
 from generator.answers import load_space
 from generator.cli import main
 from generator.cover import TESTED_PAIRS, covering, features
@@ -27,9 +30,17 @@ from generator.references import (
     SRC_PATH,
     reference_combinations,
     references,
+    sources_digest,
 )
 from generator.render import ANSWERS_FILE
-from generator.results import CURVES_PNG, FINE_TUNED_PNG, RESULTS_JSON, RESULTS_MD
+from generator.results import (
+    CURVES_PNG,
+    FINE_TUNED_JSON,
+    FINE_TUNED_PNG,
+    RESULTS_JSON,
+    RESULTS_MD,
+    SOURCES,
+)
 from generator.selection import rest_sample, select
 
 SPACE = load_space()
@@ -38,9 +49,21 @@ JUNK = shutil.ignore_patterns("__pycache__", "*.py[co]", ".pytest_cache", "outpu
 
 
 def copy_references(tmp_path: Path) -> Path:
+    """A copy of reference_projects/ whose results record the digest of the copy's sources,
+    as `sync` writes them (the tests of other problems then see no stale results)."""
     root = tmp_path / "reference_projects"
     shutil.copytree(REFERENCES_DIR, root, ignore=JUNK)
+    for ref in REFS:
+        for path in (RESULTS_JSON, FINE_TUNED_JSON) if ref.fine_tuning else (RESULTS_JSON,):
+            record_sources(root / ref.name / path, sources_digest(root / ref.name))
     return root
+
+
+def record_sources(results: Path, sources: str | None) -> None:
+    """Make the results JSON `results` record `sources` (none at all, if None)."""
+    record = json.loads(results.read_text(encoding="utf-8"))
+    record.pop(SOURCES, None)
+    results.write_text(json.dumps(record | ({SOURCES: sources} if sources else {})), "utf-8")
 
 
 def test_one_per_task_and_a_loaded_one() -> None:
@@ -113,6 +136,79 @@ def test_check_covers_the_answers_file_results_and_index(
         "stray: extra (not a reference project)",
         f"{INDEX}: differs from the index of the results",
     ]
+
+
+def test_check_refuses_results_trained_from_other_sources(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Results are exempt from the comparison, but not from being of the template now."""
+    root = copy_references(tmp_path)
+    name = "text_classification"  # the one with a fine-tuning run: both files are checked
+    record_sources(root / name / RESULTS_JSON, "0" * 64)
+    record_sources(root / name / FINE_TUNED_JSON, None)  # results made before the digest
+    assert main(["references", "check", "--root", str(root), "--only", name]) == 1
+    stale = [line for line in capsys.readouterr().out.splitlines() if "stale" in line]
+    sync = f"(stale results); run `python -m generator references sync --only {name}`"
+    assert stale == [
+        f"{name}/{FINE_TUNED_JSON}: records no digest of the src/ and configs/ it was "
+        f"trained from {sync}",
+        f"{name}/{RESULTS_JSON}: was trained from other src/ and configs/ than the template "
+        f"renders now {sync}",
+    ]
+
+
+def test_the_sources_digest_covers_what_training_reads_and_nothing_else(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(REFERENCES_DIR / "text_classification", project, ignore=JUNK)
+    digest = sources_digest(project)
+    package = project / "src" / "text_classification"
+    # Not read by training: the tests, the README, caches (.gitignore), the results.
+    (project / "tests" / "test_data.py").write_text("changed", encoding="utf-8")
+    (project / "README.md").write_text("changed", encoding="utf-8")
+    (package / "__pycache__").mkdir(exist_ok=True)
+    (package / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"cache")
+    (project / RESULTS_JSON).write_text("{}", encoding="utf-8")
+    assert sources_digest(project) == digest
+    # Read by training: the package's code, a config file, a file's name.
+    for change in (
+        lambda: (package / "model.py").write_text(
+            (package / "model.py").read_text(encoding="utf-8") + "\n", encoding="utf-8"
+        ),
+        lambda: (project / "configs" / "pretrained.yaml").write_text("lr: 1.0\n", "utf-8"),
+        lambda: (package / "task.py").rename(package / "task2.py"),
+    ):
+        change()
+        assert sources_digest(project) != digest
+        digest = sources_digest(project)
+
+
+def test_sync_records_the_digest_of_the_sources_it_trained(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """train_reference (what `sync` runs for each project) with the training stood in for:
+    its results JSONs record the rendered project's digest, which `check` then accepts."""
+    ref = next(ref for ref in REFS if ref.fine_tuning)
+    project = tmp_path / "project"
+    shutil.copytree(REFERENCES_DIR / ref.name, project, ignore=JUNK)
+    shutil.rmtree(project / "results")
+    (project / RESULTS_MD).unlink()
+    summary = json.loads((REFERENCES_DIR / ref.name / RESULTS_JSON).read_text("utf-8"))["summary"]
+
+    def train(command, cwd, env, *args, **kwargs):
+        out = Path(command[command.index("--output_dir") + 1])
+        out.mkdir(parents=True)
+        (out / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+        (out / "run.json").write_text(json.dumps({"device": "cpu", "seed": 0}), "utf-8")
+        (out / "curves.png").write_bytes(b"\x89PNG")
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(reference_runs, "run", train)
+    outcome = reference_runs.train_reference(ref, tmp_path, Options(tmp_path, "cpu"))
+    assert outcome.ok, outcome.message
+    for path in (RESULTS_JSON, FINE_TUNED_JSON):
+        record = json.loads((project / path).read_text(encoding="utf-8"))
+        assert record[SOURCES] == sources_digest(project), path
+    assert references_module.stale_results(project, ref, sources_digest(project)) == []
 
 
 def test_answers_file_is_normalised() -> None:

@@ -4,11 +4,14 @@ default fields hold on small real datasets a user could bring.
 The default project of each task is its reference project (reference_projects/<task>, the
 task with every other answer left at its default). `references sync` trains it with the
 project's default configuration and commits the run's summary in results/results.json,
-and `references check` (test_references.py) fails unless the committed project is exactly
-what the template renders now, so the results are those of the current template's
-defaults. The targets are checked on them instead of training every default again (the
-language model's alone takes a minute and a half). The small-data targets train here, on
-datasets built from real photos and real English text that installed packages ship.
+with the digest of the src/ and configs/ it trained from. Here every results file must
+record the digest of the committed project's src/ and configs/, and `references check`
+(test_references.py) fails unless those are what the template renders now (and unless the
+digest is the fresh render's), so the results are those of the current template's defaults,
+or a test names the command that trains them again. The targets are checked on them instead
+of training every default again (the language model's alone takes a minute and a half).
+The small-data targets train here, on datasets built from real photos and real English text
+that installed packages ship.
 Running the other combinations is `python -m generator check`'s job.
 """
 
@@ -31,7 +34,7 @@ from sklearn.datasets import load_sample_images
 
 from generator.answers import load_space
 from generator.reference_runs import packaged_model
-from generator.references import REFERENCES_DIR, select
+from generator.references import REFERENCES_DIR, references, select, sources_digest, stale_results
 from generator.render import package_of, render
 from generator.results import FINE_TUNED_JSON, RESULTS_JSON
 
@@ -41,9 +44,12 @@ TEXT = {"task_type": "text_classification"}
 
 
 def default_summary(task: str) -> dict[str, Any]:
-    """The summary.json of the task's default project's run, as `references sync` made it."""
+    """The summary.json of the task's default project's run, as `references sync` made it
+    from the sources the project holds now."""
     (reference,) = select([task])
     assert reference.answers == {"project_name": task.replace("_", "-"), "task_type": task}
+    stale = stale_results(REFERENCES_DIR / task, reference, sources_digest(REFERENCES_DIR / task))
+    assert not stale, "\n".join(stale)
     record = json.loads((REFERENCES_DIR / task / RESULTS_JSON).read_text(encoding="utf-8"))
     assert record["answers"] == reference.answers and record["device"] == "cpu", record
     summary = record["summary"]
@@ -68,12 +74,27 @@ def train_default_in(tmp_path: Path, task: str, *train_args: str) -> tuple[Path,
     return project, summary
 
 
+@pytest.mark.parametrize("ref", references(SPACE), ids=lambda ref: ref.name)
+def test_results_were_trained_from_the_committed_sources(ref) -> None:
+    """Each results file (the fine-tuning run's too) records the digest of the src/ and
+    configs/ it trained from; the committed project's must be the same."""
+    project = REFERENCES_DIR / ref.name
+    stale = stale_results(project, ref, sources_digest(project))
+    assert not stale, "\n".join(stale)
+
+
 def test_every_task_has_a_target_here() -> None:
     targets = {name.removeprefix("test_") for name in globals() if name.startswith("test_")}
     assert set(TASKS) <= targets, f"tasks without a target test: {set(TASKS) - targets}"
 
 
+# Each target is what the project's README says its default run reaches, less a point or so
+# of the drift between machines and thread counts (README: "97.8% with one thread, 98.8%
+# with two").
+
+
 def test_image_classification() -> None:
+    """About 99% (README), against 10% for the majority class."""
     summary = default_summary("image_classification")
     assert summary["metric"] == "accuracy" and summary["higher_is_better"] is True
     assert summary["value"] >= 0.985, summary
@@ -81,14 +102,16 @@ def test_image_classification() -> None:
 
 
 def test_text_classification() -> None:
+    """About 98% (README), against 51% for the majority class."""
     summary = default_summary("text_classification")
     assert summary["metric"] == "accuracy" and summary["higher_is_better"] is True
-    assert summary["value"] >= 0.90, summary
+    assert summary["value"] >= 0.97, summary
     assert summary["value"] >= summary["baseline_value"] + 0.30, summary
 
 
 def test_tabular_regression() -> None:
-    """Within 0.02 of R^2 of scikit-learn's LinearRegression fitted on the same split."""
+    """At least the R^2 of scikit-learn's LinearRegression fitted on the same split (README:
+    0.357 against 0.332)."""
     summary = default_summary("tabular_regression")
     assert summary["metric"] == "r2" and summary["higher_is_better"] is True
     project = REFERENCES_DIR / "tabular_regression"
@@ -107,21 +130,23 @@ def test_tabular_regression() -> None:
         "LinearRegression reference",
     )
     linear_r2 = float(reference.stdout.strip().splitlines()[-1])
-    assert summary["value"] >= linear_r2 - 0.02, (summary, linear_r2)
+    assert summary["value"] >= linear_r2, (summary, linear_r2)
     assert summary["value"] > summary["baseline_value"] + 0.2, summary
 
 
 def test_language_modeling() -> None:
-    """Validation bits per character at most 55% of the unigram model's."""
+    """Validation bits per character at most 45% of the unigram model's (README: 1.92
+    against 4.69, 41%)."""
     summary = default_summary("language_modeling")
     assert summary["metric"] == "bits_per_char" and summary["higher_is_better"] is False
-    assert summary["value"] <= 0.55 * summary["baseline_value"], summary
+    assert summary["value"] <= 0.45 * summary["baseline_value"], summary
 
 
 def test_semantic_segmentation() -> None:
+    """A mean IoU of 0.94 (README), against 0.19 for background everywhere."""
     summary = default_summary("semantic_segmentation")
     assert summary["metric"] == "mean_iou" and summary["higher_is_better"] is True
-    assert summary["value"] >= 0.80, summary
+    assert summary["value"] >= 0.93, summary
     assert summary["value"] > summary["baseline_value"], summary
 
 
