@@ -1,9 +1,16 @@
 """The commands' argument parser (export, tune, sample): argparse, with a wrong argument
 reported in one line with the usage, never a traceback, and the value checks they share.
-Training's own `--field value` arguments are parsed and checked by config.load_config."""
+Training's own `--field value` arguments are parsed and checked by config.load_config; the
+help of both lists the config's fields with the comments written beside them in config.py."""
 
 import argparse
-from collections.abc import Callable
+import ast
+import dataclasses
+import inspect
+import io
+import textwrap
+import tokenize
+from collections.abc import Callable, Collection
 from typing import NoReturn
 
 
@@ -20,6 +27,61 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         usage = " ".join(self.format_usage().split())
         raise SystemExit(f"error: {message} ({usage})")
+
+    def add_config_fields(self, config: type, intro: str) -> None:
+        """List the fields of the dataclass `config` after the options in --help, for a
+        command that passes every other `--field value` on to load_config; a field that an
+        option of the command takes the place of (sweep's --seed) is left out."""
+        own = {action.dest for action in self._actions}
+        self.epilog = f"{intro}:\n{describe_fields(config, skip=own)}"
+        self.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+def describe_fields(config: type, skip: Collection[str] = ()) -> str:
+    """`--name TYPE (default: VALUE)` for each field of the dataclass `config`, and below it
+    the comments beside and above the field in its source, grouped under its `# --- section`
+    rules: the comments are the one description of the fields, for readers and for --help."""
+    try:
+        source = textwrap.dedent(inspect.getsource(config))
+    except (OSError, TypeError):  # no source installed: names, types and defaults only
+        source = ""
+    comments = {
+        token.start[0]: token.string.lstrip("#").strip()
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type == tokenize.COMMENT
+    }
+    source_lines = source.splitlines()
+    defaults = {field.name: field.default for field in dataclasses.fields(config)}
+    lines, section = [], None
+    statements = ast.parse(source).body[0].body if source else []
+    annotated = {node.target.id: node for node in statements if isinstance(node, ast.AnnAssign)}
+    for field in dataclasses.fields(config):
+        node = annotated.get(field.name)
+        above = []  # the comment lines just above the field, up to a section rule
+        line = node.lineno - 1 if node else 0
+        while line in comments and source_lines[line - 1].lstrip().startswith("#"):
+            if comments[line].startswith("---"):
+                break
+            above.insert(0, comments[line])
+            line -= 1
+        if line in comments and comments[line].startswith("---") and comments[line] != section:
+            section = comments[line]
+            lines.append(f"\n{section.removeprefix('---').strip()}")
+        if field.name in skip:
+            continue
+        kind = ast.unparse(node.annotation) if node else getattr(field.type, "__name__", field.type)
+        lines.append(f"  --{field.name} {kind} (default: {_as_typed(defaults[field.name])})")
+        beside = [comments[node.lineno]] if node and node.lineno in comments else []
+        text = " ".join(above + beside)
+        lines += textwrap.wrap(text, 88, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    return "\n".join(lines)
+
+
+def _as_typed(value: object) -> str:
+    """A default as it is typed on the command line."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "none" if value is None else str(value)
 
 
 def at_least(minimum: float, kind: type) -> Callable[[str], float]:
