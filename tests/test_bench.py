@@ -86,6 +86,18 @@ def test_loader_throughput(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_checkpoint_load(tmp_path: Path) -> None:
+    out = tmp_path / "checkpoint.json"
+    run_bench("checkpoint_load.py", "--megabytes", "1", "--repeats", "1", "--out", str(out))
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["benchmark"] == "checkpoint_load"
+    assert 0.9 < result["megabytes"] < 1.1
+    timed = {"torch_load", "load_checkpoint", "verify_only", "torch_save", "save_checkpoint"}
+    assert set(result["median_s"]) == timed
+    assert result["load_vs_torch_load"] > 0 and result["save_vs_torch_save"] > 0
+
+
+@pytest.mark.slow
 def test_check_cost(tmp_path: Path) -> None:
     """Also the proof that the process server and plain processes (`--no-server`) give the
     same verdict on a shard: one cheap combination through both, with an export stage."""
