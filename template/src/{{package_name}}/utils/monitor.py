@@ -66,9 +66,11 @@ class Throughput:
         self.end = 0.0
         self.samples = 0
 
-    def first_step_done(self, samples_in_it: int) -> None:
-        self.start = self.clock.now()
-        self.samples = -samples_in_it  # the first log record counts them; they are not timed
+    def step_done(self, samples_so_far: int) -> None:
+        """The first step (compilation, warm-up) is not timed: timing starts after it."""
+        if self.start is None:
+            self.start = self.clock.now()
+            self.samples = -samples_so_far  # the first log record counts them, untimed
 
     def logged(self, samples: int) -> None:
         self.samples += samples
@@ -201,6 +203,17 @@ class Preempted(Exception):
         super().__init__(
             f"{said} after step {step}, which is checkpointed: run the same command again to resume"
         )
+
+
+def stopped_at_once() -> SystemExit:
+    """The exit of a run stopped by a second Ctrl-C (or one outside the loop): one line, and
+    Ctrl-C's exit code."""
+    print(
+        "interrupted: stopped at once, without a checkpoint of this step; run the same "
+        "command again to resume from the last one",
+        file=sys.stderr,
+    )
+    return SystemExit(Preemption.INTERRUPTED)
 
 
 class ProgressReport:
