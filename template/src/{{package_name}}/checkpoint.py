@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import gather_object
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from torch import nn
 
 from .average import averaged_weights
@@ -236,7 +236,7 @@ def save_weights(model: nn.Module, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "model.safetensors"
     state = {key: value.detach().cpu().contiguous() for key, value in model.state_dict().items()}
-    save_file(state, path)
+    atomic_write(path, lambda file: file.write(save(state)))
     return path
 
 

@@ -3,6 +3,7 @@ said in one line, and checkpoints with a checksum verified before they are read.
 
 import contextlib
 import errno
+import json
 import os
 import re
 import struct
@@ -62,6 +63,13 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
+
+
+def write_json(path: Path, content: Any, allow_nan: bool = True) -> None:
+    """`content` as indented JSON, atomically (allow_nan=False: strict JSON, which refuses
+    to write Infinity or NaN, as other readers would refuse to read them)."""
+    text = json.dumps(content, indent=2, allow_nan=allow_nan) + "\n"
+    atomic_write(path, lambda file: file.write(text.encode()))
 
 
 def _write_error(error: BaseException) -> BaseException:
