@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,9 @@ from PIL import Image
 
 from image_classification import state, train
 from image_classification.train import main
+from image_classification.utils import records
 from image_classification.utils.model_card import HUB_TASK
-from image_classification.utils.records import run_info
+from image_classification.utils.records import git_state, run_info
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 RUN_FIELDS = {
@@ -106,12 +108,55 @@ def test_a_cuda_run_records_its_gpus_and_the_cuda_and_cudnn_versions(cfg, monkey
     assert info["gpu"] == {"name": "A Fake GPU", "count": 2, "cuda": "12.8", "cudnn": 91002}
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_run_json_records_the_projects_own_commit_and_untracked_files(cfg, tmp_path, monkeypatch):
+    """run.json once named the commit of the current folder's repository, and a new module
+    the run imports, untracked, left git_dirty false."""
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # no repository above it
+    project = tmp_path / "project"
+    package = project / "src" / records.PACKAGE_DIR.name  # a copy of this package
+    shutil.copytree(records.PACKAGE_DIR, package, ignore=shutil.ignore_patterns("__pycache__"))
+    (project / ".gitignore").write_text("data/\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "notes.txt").write_text("another repository\n")
+    commit, other_commit = _commit(project), _commit(elsewhere)
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setattr(records, "PACKAGE_DIR", package)
+    output_dir = project / "runs" / "first"  # not ignored: only this run's outputs are left out
+    (output_dir / "checkpoints").mkdir(parents=True)
+    (output_dir / "metrics.jsonl").write_text("{}\n")
+    (project / "data").mkdir()
+    (project / "data" / "train.csv").write_text("ignored by .gitignore\n")
+    info = run_info(replace(cfg, output_dir=str(output_dir)), "fingerprint", 1, torch.device("cpu"))
+    assert (info["git_commit"], info["git_dirty"]) == (commit, False) and commit != other_commit
+    (package / "extra.py").write_text("NEW = 1\n")
+    assert git_state(package, output_dir) == (commit, True)
+    outside = tmp_path / "not-a-repository"
+    outside.mkdir()
+    assert git_state(outside, output_dir) == (None, None)
+
+
+def _commit(folder: Path) -> str:
+    """`git init` in `folder` and a first commit of all it holds; the commit's id."""
+
+    def git(*args: str) -> str:
+        identity = ["-c", "user.name=test", "-c", "user.email=test@example.com"]
+        command = ["git", "-C", str(folder), *identity, "-c", "commit.gpgsign=false", *args]
+        return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-q", "-m", "first")
+    return git("rev-parse", "HEAD").strip()
+
+
 def test_an_interrupted_run_has_no_end_time(short_run, tmp_path, monkeypatch):
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(state, "save_checkpoint", interrupt)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(SystemExit, match="130"):  # a Ctrl-C that stops at once
         main(short_run())
     assert "end_time" not in json.loads((tmp_path / "run" / "run.json").read_text())
 

@@ -21,19 +21,22 @@ def weights(output_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(output_dir / "model" / "model.safetensors")
 
 
-def assert_same_end(actual: Path, expected: Path, final_step: int) -> None:
+def assert_same_end(actual: Path, expected: Path, final_step: int, where: str = "") -> None:
     """Bit for bit the same final weights (model/), and the same progress, optimizer state
-    (moments, step counts, schedule) and weights' average in the checkpoint of `final_step`."""
+    (moments, step counts, schedule) and weights' average in the checkpoint of `final_step`;
+    `where` says, in a failure, where the run was interrupted."""
     want_weights, got_weights = weights(expected), weights(actual)
-    assert got_weights.keys() == want_weights.keys()
-    assert all(torch.equal(got_weights[key], want_weights[key]) for key in want_weights)
+    assert got_weights.keys() == want_weights.keys(), where
+    same = [torch.equal(got_weights[key], want_weights[key]) for key in want_weights]
+    assert all(same), f"final weights differ {where}"
     final = f"checkpoints/step-{final_step:06d}.pt"
     want = torch.load(expected / final, map_location="cpu", weights_only=True)
     got = torch.load(actual / final, map_location="cpu", weights_only=True)
-    assert got["progress"] == want["progress"]
-    assert got["average"].keys() == want["average"].keys()
-    assert all(torch.equal(got["average"][key], want["average"][key]) for key in want["average"])
-    assert got["optimizer"]["param_groups"] == want["optimizer"]["param_groups"]
+    assert got["progress"] == want["progress"], where
+    assert got["average"].keys() == want["average"].keys(), where
+    average = want["average"]
+    assert all(torch.equal(got["average"][key], average[key]) for key in average), where
+    assert got["optimizer"]["param_groups"] == want["optimizer"]["param_groups"], where
     for index, state in want["optimizer"]["state"].items():
         for name, value in state.items():
-            assert torch.equal(got["optimizer"]["state"][index][name], value), (index, name)
+            assert torch.equal(got["optimizer"]["state"][index][name], value), (index, name, where)

@@ -1,10 +1,13 @@
 """The weights' moving average (ema_decay): the formula, step by step; what a run evaluates,
 saves and exports with it; and nothing at all without it."""
 
+import json
+
 import torch
 from run_logs import weights
 from torch import nn
 
+from image_classification_loaded import train as train_module
 from image_classification_loaded.average import (
     NoAverage,
     weight_average,
@@ -12,6 +15,7 @@ from image_classification_loaded.average import (
 from image_classification_loaded.checkpoint import (
     find_resume_checkpoint,
     inference_weights,
+    load_checkpoint,
 )
 from image_classification_loaded.train import main
 
@@ -66,3 +70,27 @@ def test_a_run_without_a_decay_saves_the_trained_weights(checkpointed_run):
     _, checkpoint = find_resume_checkpoint(checkpointed_run / "checkpoints")
     assert checkpoint["average"] == {}
     assert inference_weights(checkpoint) is checkpoint["model"]
+
+
+def test_a_run_evaluates_the_average_so_best_and_early_stopping_follow_it(
+    short_run, tmp_path, monkeypatch
+):
+    """Validation metrics, and so the best checkpoint and early stopping, are of the weights
+    the run saves: the average, not the weights being trained."""
+    evaluated = []
+    evaluate = train_module.evaluate
+
+    def spy(model, *args):
+        evaluated.append({name: value.clone() for name, value in model.state_dict().items()})
+        return evaluate(model, *args)
+
+    monkeypatch.setattr(train_module, "evaluate", spy)
+    main(short_run("--ema_decay", "0.5"))  # evaluated and checkpointed at steps 3 and 6
+    run = tmp_path / "run"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [record["step"] for record in records if "split" in record] == [3, 6]
+    for step, weights_evaluated in zip((3, 6), evaluated, strict=True):
+        checkpoint = load_checkpoint(run / "checkpoints" / f"step-{step:06d}.pt")
+        averaged, trained = inference_weights(checkpoint), checkpoint["model"]
+        assert all(torch.equal(weights_evaluated[k], v) for k, v in averaged.items()), step
+        assert any(not torch.equal(weights_evaluated[k], v) for k, v in trained.items()), step

@@ -3,6 +3,7 @@ files in them that cannot be read."""
 
 import gc
 import io
+import os
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +22,11 @@ from image_classification_loaded.data import (
     Preprocess,
     build_datasets,
 )
+from image_classification_loaded.describe import main as data_command
 from image_classification_loaded.loaders import build_loaders
 from image_classification_loaded.train import main
 from image_classification_loaded.tune import main as tune
+from image_classification_loaded.utils.seed import seed_worker
 
 
 def test_digits_split_is_stratified_and_fixed(cfg):
@@ -94,13 +97,14 @@ def test_loader_workers_are_seeded_and_persistent(tmp_path, make_image_folder):
         "--batch_size",
         "8",
     ]
-    cfg = load_config(fields)
+    cfg, data_generator = load_config(fields), torch.Generator().manual_seed(0)
     train_loader, val_loader = build_loaders(
-        cfg, build_datasets(cfg), torch.device("cpu"), torch.Generator().manual_seed(0)
+        cfg, build_datasets(cfg), torch.device("cpu"), data_generator
     )
     assert train_loader.num_workers == 2 and train_loader.persistent_workers
     assert train_loader.pin_memory is False  # only a CUDA device benefits from pinned memory
-    assert train_loader.worker_init_fn is not None and train_loader.generator is not None
+    assert train_loader.worker_init_fn is seed_worker  # tested in test_loaders.py
+    assert train_loader.generator is data_generator  # the run's: its seed, and resumed
     assert train_loader.batch_sampler.drop_last and not val_loader.batch_sampler.drop_last
 
 
@@ -118,6 +122,27 @@ def test_unusable_data_dir_is_refused_before_training(tmp_path, make_image_folde
         root = root / "x"
     with pytest.raises(ConfigError, match="--data_dir"):
         build_datasets(load_config(["--data_dir", str(root)]))
+
+
+@pytest.mark.parametrize("renamed", ["square/0.png", "square"])
+def test_a_name_that_is_not_utf8_is_refused_in_one_line_naming_it(
+    tmp_path, make_image_folder, short_run, renamed
+):
+    """A file or class folder named in another encoding (Latin-1's é is the byte 0xe9) once
+    stopped training and the data command with "UnicodeEncodeError: surrogates not allowed"."""
+    root = make_image_folder(tmp_path / "shapes")
+    old = root / renamed
+    new = old.with_name(os.fsdecode(b"caf\xe9" + old.suffix.encode()))
+    try:
+        old.rename(new)
+    except OSError:
+        pytest.skip("this file system refuses names that are not UTF-8")
+    shown = f"{new.parent}/caf\\xe9{old.suffix}"
+    expected = f"error: --data_dir: '{shown}': its name is not UTF-8 (byte 0xe9); rename it"
+    args = short_run("--data_dir", str(root), "--image_size", "16", "--num_workers", "0")
+    for command in (data_command, main):
+        assert refusal(command, args).startswith(expected)
+    assert not (tmp_path / "run").exists()  # refused before anything is written
 
 
 def write_broken(path: Path, kind: str) -> None:

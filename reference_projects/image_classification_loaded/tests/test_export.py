@@ -191,6 +191,43 @@ def test_a_checkpoint_of_another_model_is_a_one_line_error(exported, tmp_path, c
     assert expected in message
 
 
+def add_field(path: Path) -> None:
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"no_such_field": 1}))
+
+
+def files_under(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("damage", "given", "expected"),
+    [
+        (lambda run: None, "missing", "'{folder}' is not a folder; pass a training run's"),
+        (lambda run: None, "run/model", "'{folder}' is a model folder; pass its training run's"),
+        (
+            lambda run: (run / "model" / "preprocess.json").write_text("{"),
+            "run",
+            "'{folder}/model/preprocess.json' is damaged (",
+        ),
+        (
+            lambda run: add_field(run / "model" / "preprocess.json"),
+            "run",
+            "preprocess.json' is the preprocessing of another task or project",
+        ),
+    ],
+    ids=["missing", "model folder", "damaged preprocessing", "another task's preprocessing"],
+)
+def test_a_wrong_or_damaged_run_folder_is_one_line_and_nothing_is_written(
+    run, damage, given, expected
+):
+    damage(run)
+    before = files_under(run.parent)
+    folder = run.parent / given
+    message = refusal(main, ["--output_dir", str(folder)])
+    assert expected.format(folder=folder, run=run) in message, message
+    assert files_under(run.parent) == before
+
+
 def test_training_skips_the_export_when_asked(short_run, tmp_path):
     train(short_run("--max_steps", "2", "--export_at_end", "false"))
     assert (tmp_path / "run" / "model").is_dir()

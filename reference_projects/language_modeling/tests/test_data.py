@@ -121,6 +121,8 @@ def test_training_on_a_folder_of_text(tmp_path, make_text_folder, fast_dev_run):
         ("blank", "empty.txt' holds no text"),
         ("latin1", "latin.txt' is not UTF-8 text (byte 0xe9 at offset 3)"),
         ("too_short", "too few for --context 64"),
+        ("symlink_loop", "loop.txt' is a symbolic link that leads to no file (a loop"),
+        ("broken_symlink", "gone.txt' is a symbolic link that leads to no file"),
     ],
 )
 def test_unusable_text_is_a_one_line_error_naming_the_file(tmp_path, layout, expected):
@@ -139,6 +141,10 @@ def test_unusable_text_is_a_one_line_error_naming_the_file(tmp_path, layout, exp
         (root / "latin.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
     elif layout == "too_short":
         (root / "good.txt").write_text("Too short.")
+    elif layout == "symlink_loop":  # once passed over: training went on without it
+        (root / "loop.txt").symlink_to("loop.txt")
+    elif layout == "broken_symlink":
+        (root / "gone.txt").symlink_to("moved-away.txt")
     with pytest.raises(ConfigError, match="--data_dir") as error:
         build_datasets(load_config(["--data_dir", str(root)]))
     assert expected in str(error.value) and "\n" not in str(error.value)

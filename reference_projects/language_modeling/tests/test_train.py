@@ -2,6 +2,8 @@
 
 import dataclasses
 import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -24,9 +26,14 @@ from language_modeling.train import main
 from language_modeling.utils.seed import seed_everything
 
 
-def read_losses(output_dir: Path) -> list[float]:
+def read_records(output_dir: Path) -> list[dict]:
+    """The training records of metrics.jsonl (no evaluations)."""
     lines = (output_dir / "metrics.jsonl").read_text().splitlines()
-    return [record["loss"] for record in map(json.loads, lines) if "split" not in record]
+    return [record for record in map(json.loads, lines) if "split" not in record]
+
+
+def read_losses(output_dir: Path) -> list[float]:
+    return [record["loss"] for record in read_records(output_dir)]
 
 
 def test_fast_dev_run_trains_evaluates_and_saves(tmp_path, cfg, monkeypatch):
@@ -140,24 +147,58 @@ def test_same_seed_same_losses_other_seed_other_losses(short_run, tmp_path):
     assert first != other
 
 
-def test_resume_continues_from_the_saved_step(short_run, tmp_path, monkeypatch):
+def ctrl_c_on_call(function, number: int, after: bool = False):
+    """`function`, sending this process Ctrl-C (SIGINT) on its call numbered `number`
+    (1-based): before the call, or `after` it returns (once torch.save has written a file)."""
+    calls = []
+
+    def pressed(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == number and not after:
+            os.kill(os.getpid(), signal.SIGINT)
+        result = function(*args, **kwargs)
+        if len(calls) == number and after:
+            os.kill(os.getpid(), signal.SIGINT)
+        return result
+
+    return pressed
+
+
+@pytest.mark.parametrize(
+    ("where", "stopped_at"),
+    [("in-a-step", 2), ("in-an-evaluation", 3), ("twice", None)],
+)
+def test_ctrl_c_checkpoints_its_step_and_the_same_command_resumes(
+    short_run, tmp_path, monkeypatch, capsys, where, stopped_at
+):
     main(short_run(output_dir=tmp_path / "whole"))
-    save_checkpoint = state.save_checkpoint
-
-    def save_then_die(*args, **kwargs):
-        save_checkpoint(*args, **kwargs)
-        raise KeyboardInterrupt  # the process dies right after its first checkpoint (step 3)
-
-    monkeypatch.setattr(state, "save_checkpoint", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        main(short_run(output_dir=tmp_path / "resumed"))
+    if where == "in-a-step":  # during step 2
+        monkeypatch.setattr(task, "compute_loss", ctrl_c_on_call(task.compute_loss, 2))
+    elif where == "in-an-evaluation":  # the first, at step 3
+        monkeypatch.setattr(train_module, "evaluate", ctrl_c_on_call(evaluate.evaluate, 1))
+    else:  # at step 2, then again while its checkpoint is written: it stops at once
+        monkeypatch.setattr(task, "compute_loss", ctrl_c_on_call(task.compute_loss, 2))
+        monkeypatch.setattr(torch, "save", ctrl_c_on_call(torch.save, 1, after=True))
+    interrupted = tmp_path / "interrupted"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stopped:
+        main(short_run(output_dir=interrupted))
     monkeypatch.undo()
-    summary = main(short_run(output_dir=tmp_path / "resumed"))  # the same command resumes
+    said = capsys.readouterr().err
+    assert stopped.value.code == 130 and "Traceback" not in said
+    assert not list(interrupted.rglob("*.tmp")), "a partial file was left"
+    if stopped_at is None:
+        assert "interrupted: stopped at once" in said, said
+        assert not list(interrupted.glob("checkpoints/step-*"))
+    else:
+        assert f"interrupted (Ctrl-C) after step {stopped_at}, which is checkpointed" in said
+        latest = (interrupted / "checkpoints" / "latest").read_text().strip()
+        assert latest == f"step-{stopped_at:06d}.pt"
+    summary = main(short_run(output_dir=interrupted))  # the same command resumes
     assert summary["steps"] == 6
-    losses = read_losses(tmp_path / "resumed")
-    assert losses == read_losses(tmp_path / "whole")
+    assert read_losses(interrupted) == read_losses(tmp_path / "whole")
     whole = load_file(tmp_path / "whole" / "model" / "model.safetensors")
-    resumed = load_file(tmp_path / "resumed" / "model" / "model.safetensors")
+    resumed = load_file(interrupted / "model" / "model.safetensors")
     assert all(torch.equal(whole[key], resumed[key]) for key in whole)
 
 
@@ -225,9 +266,33 @@ def test_early_stopping_ends_the_run_at_the_evaluation_that_exhausts_its_patienc
     assert never["stopped_early"] is False and never["steps"] == 10
 
 
-def test_accumulation_splits_a_step_into_micro_batches(short_run, tmp_path):
-    summary = main(short_run("--batch_size", "16", "--grad_accum_steps", "4"))
-    assert summary["steps"] == 6
+# Accumulated micro-batches sum their gradients in another order than one batch does: float32
+# sums agree to about 1e-6 relative.
+ACCUMULATION_RTOL = 1e-5
+
+
+def test_accumulated_micro_batches_step_as_one_batch_as_large(short_run, tmp_path, monkeypatch):
+    """4 micro-batches of 4 samples, then a step: the loss and gradient norm of one batch of
+    16, on a model without dropout (drawn per batch shape) or BatchNorm (whose statistics
+    are per micro-batch)."""
+    build_model = train_module.build_model
+
+    def without_batchnorm(cfg, preprocess):
+        model = build_model(cfg, preprocess)
+        for module in list(model.modules()):
+            for name, child in list(module.named_children()):
+                if isinstance(child, torch.nn.modules.batchnorm._BatchNorm):
+                    setattr(module, name, torch.nn.Identity())
+        return model
+
+    monkeypatch.setattr(train_module, "build_model", without_batchnorm)
+    one_step = ("--dropout", "0", "--max_steps", "1", "--eval_every", "100")
+    main(short_run(*one_step, "--batch_size", "4", "--grad_accum_steps", "4"))
+    main(short_run(*one_step, "--batch_size", "16", output_dir=tmp_path / "whole"))
+    accumulated, whole = (read_records(tmp_path / run)[0] for run in ("run", "whole"))
+    assert accumulated["samples"] == whole["samples"] == 16
+    for name in ("loss", "grad_norm"):
+        assert accumulated[name] == pytest.approx(whole[name], rel=ACCUMULATION_RTOL), name
 
 
 def test_refuses_to_run_as_one_of_several_processes(short_run, monkeypatch):

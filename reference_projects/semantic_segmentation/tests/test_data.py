@@ -1,5 +1,7 @@
 """Data: the synthetic shapes, your own images and masks, one preprocessing for both."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -15,9 +17,11 @@ from semantic_segmentation.data import (
     build_datasets,
     synthetic_shapes,
 )
+from semantic_segmentation.describe import main as data_command
 from semantic_segmentation.loaders import build_loaders
 from semantic_segmentation.train import main
 from semantic_segmentation.tune import main as tune
+from semantic_segmentation.utils.seed import seed_worker
 
 
 def test_shapes_are_drawn_the_same_from_the_fixed_seed():
@@ -94,11 +98,13 @@ def test_training_on_a_folder(short_run, tmp_path, make_segmentation_folder):
 def test_loader_workers_are_seeded_and_persistent(tmp_path, make_segmentation_folder):
     root = make_segmentation_folder(tmp_path / "shapes")
     cfg = load_config(["--data_dir", str(root), "--num_workers", "2", "--batch_size", "8"])
+    data_generator = torch.Generator().manual_seed(0)
     train_loader, val_loader = build_loaders(
-        cfg, build_datasets(cfg), torch.device("cpu"), torch.Generator().manual_seed(0)
+        cfg, build_datasets(cfg), torch.device("cpu"), data_generator
     )
     assert train_loader.num_workers == 2 and train_loader.persistent_workers
-    assert train_loader.worker_init_fn is not None and train_loader.generator is not None
+    assert train_loader.worker_init_fn is seed_worker  # tested in test_loaders.py
+    assert train_loader.generator is data_generator  # the run's: its seed, and resumed
     assert train_loader.batch_sampler.drop_last and not val_loader.batch_sampler.drop_last
 
 
@@ -157,6 +163,26 @@ def test_bad_data_dir_is_a_one_line_error_naming_the_file(
     text = str(error.value)
     assert text.startswith("--data_dir: ") and "\n" not in text
     assert message in text and str(named) in text
+
+
+def test_a_name_that_is_not_utf8_is_refused_in_one_line_naming_it(
+    tmp_path, make_segmentation_folder, short_run
+):
+    """An image and its mask named in another encoding (Latin-1's é is the byte 0xe9) once
+    stopped training and the data command with "UnicodeEncodeError: surrogates not allowed"."""
+    root = make_segmentation_folder(tmp_path / "shapes", count=8)
+    name = os.fsdecode(b"caf\xe9.png")
+    try:
+        for folder in ("images", "masks"):
+            (root / folder / "003.png").rename(root / folder / name)
+    except OSError:
+        pytest.skip("this file system refuses names that are not UTF-8")
+    args = short_run("--data_dir", str(root), "--num_classes", "4", "--batch_size", "2")
+    shown = f"{root}/images/caf\\xe9.png"
+    expected = f"error: --data_dir: '{shown}': its name is not UTF-8 (byte 0xe9); rename it"
+    for command in (data_command, main):
+        assert refusal(command, args).startswith(expected)
+    assert not (tmp_path / "run").exists()  # refused before anything is written
 
 
 @pytest.mark.parametrize("broken", ["images/007.png", "masks/005.png"])

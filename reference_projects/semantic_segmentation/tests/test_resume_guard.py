@@ -1,9 +1,11 @@
 """Resuming with changed settings: refused in one line before anything is written, unless
-accepted with --resume_changed; free fields change silently; an extended run's schedule."""
+accepted with --resume_changed; free fields change silently; an extended run's schedule.
+And what a folder holds: one run at a time, and nothing of an earlier run replaced unasked."""
 
 import dataclasses
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,11 @@ from semantic_segmentation.train import main
 
 def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def trained_records(output_dir: Path) -> list[dict]:
+    records = map(json.loads, (output_dir / "metrics.jsonl").read_text().splitlines())
+    return [record for record in records if "split" not in record]
 
 
 def logged_lr(output_dir: Path) -> dict[int, float]:
@@ -137,3 +144,97 @@ def test_a_fast_dev_run_sets_only_fields_a_resume_may_change(cfg):
         name for name, value in dataclasses.asdict(fast).items() if getattr(cfg, name) != value
     }
     assert "max_steps" in changed and changed <= RESUME_FREE_FIELDS
+
+
+def test_a_folder_with_records_but_no_checkpoint_is_refused_unless_resume_none(trained, short_run):
+    """Deleted checkpoints: a new run would replace the old metrics, model and summary."""
+    shutil.rmtree(trained / "checkpoints")
+    before = snapshot(trained)
+    message = refusal(main, short_run())
+    records = "metrics.jsonl, summary.json, model/model.safetensors"
+    assert f"holds an earlier run ({records})" in message, message
+    assert "--resume none" in message
+    assert snapshot(trained) == before
+    assert main(short_run("--resume", "none"))["steps"] == 6
+
+
+def test_a_run_stopped_before_its_first_checkpoint_starts_over(trained, short_run, capsys):
+    for path in (trained / "checkpoints").iterdir():
+        path.unlink()  # as a run killed before step 3 leaves it: checkpoints/ never held one
+    (trained / "summary.json").unlink()
+    shutil.rmtree(trained / "model")
+    assert main(short_run())["steps"] == 6
+    assert "resuming" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("blocker", "kind"),
+    [("checkpoints", "file"), ("model/model.safetensors", "folder"), ("summary.json", "folder")],
+)
+def test_a_file_or_folder_in_the_way_of_an_output_is_refused_before_training(
+    short_run, tmp_path, blocker, kind
+):
+    output_dir = tmp_path / "run"
+    in_the_way = output_dir / blocker
+    if kind == "file":
+        in_the_way.parent.mkdir(parents=True)
+        in_the_way.write_text("")
+    else:
+        in_the_way.mkdir(parents=True)
+    before = snapshot(output_dir)
+    message = refusal(main, short_run(output_dir=output_dir))
+    assert f"'{in_the_way}' is a {kind}" in message and "another --output_dir" in message
+    assert snapshot(output_dir) == before and not (output_dir / "config.yaml").exists()
+
+
+def test_a_second_run_in_a_folder_in_use_is_refused_naming_the_first(
+    short_run, tmp_path, start_training
+):
+    output_dir = tmp_path / "run"
+    # Long enough to be training while the second starts; killed once that is refused.
+    first = start_training(short_run("--max_steps", "100000", output_dir=output_dir))
+    try:
+        metrics, deadline = output_dir / "metrics.jsonl", time.monotonic() + 120
+        while not (metrics.exists() and metrics.stat().st_size) and first.is_alive():
+            assert time.monotonic() < deadline, "the first run never logged a step"
+            time.sleep(0.01)
+        config = (output_dir / "config.yaml").read_text()
+        message = refusal(main, short_run("--seed", "1", output_dir=output_dir))
+        assert f"in use by another run (process {first.pid} on " in message, message
+        assert (output_dir / "config.yaml").read_text() == config
+    finally:
+        first.kill()
+        first.join()
+    # The OS released the killed run's lock: a run continues from its checkpoints.
+    assert main(short_run(output_dir=output_dir))["steps"] >= 6
+
+
+def test_a_resumed_run_may_log_every_fewer_or_more_steps(short_run, tmp_path):
+    """A checkpoint keeps the losses of the steps its run had not logged yet (steps 1-3 of a
+    --log_every 10 run): a run resumed with another log_every logs them by its own, and a
+    huge one costs no memory (the window holds the steps run, not log_every of them)."""
+    quiet = ("--eval_every", "100")
+    main(short_run(*quiet, output_dir=tmp_path / "whole"))  # logs every step
+    loss = {record["step"]: record["loss"] for record in trained_records(tmp_path / "whole")}
+    main(short_run(*quiet, "--log_every", "10", output_dir=tmp_path / "paused"))
+    checkpoint = tmp_path / "paused" / "checkpoints" / "step-000003.pt"
+    assert len(load_checkpoint(checkpoint)["progress"]["window_losses"]) == 3
+    for log_every, windows in (("2", [(1, 4), (5, 6)]), (str(10**12), [(1, 6)])):
+        resumed = tmp_path / f"every-{log_every}"
+        resume = ("--log_every", log_every, "--resume", str(checkpoint))
+        main(short_run(*quiet, *resume, output_dir=resumed))
+        records = trained_records(resumed)
+        assert [record["step"] for record in records] == [last for _, last in windows]
+        means = [sum(loss[s] for s in range(a, b + 1)) / (b - a + 1) for a, b in windows]
+        assert [record["loss"] for record in records] == pytest.approx(means, rel=1e-6)
+
+
+def test_a_run_resumed_past_its_end_before_any_evaluation_saves_its_model(short_run, tmp_path):
+    main(short_run("--eval_every", "100", output_dir=tmp_path / "first"))
+    checkpoint = tmp_path / "first" / "checkpoints" / "step-000003.pt"  # before any evaluation
+    past = tmp_path / "past"
+    resume = ("--max_steps", "2", "--eval_every", "100", "--resume", str(checkpoint))
+    summary = main(short_run(*resume, output_dir=past))
+    assert summary["steps"] == 3 and summary["best_value"] is None
+    assert "before its first evaluation" in (past / "model" / "README.md").read_text()
+    assert (past / "model" / "model.safetensors").is_file()

@@ -94,11 +94,11 @@ def test_two_workers_share_a_study_and_every_trial_is_a_run(tmp_path, trial_fiel
 
 
 def start(command: list[str], cwd: Path) -> subprocess.Popen:
-    """The sweep in a session of its own, which a test may kill whole, as a reboot would."""
+    """The sweep in a session of its own, which a test may kill whole, as a reboot would;
+    its stderr goes to cwd/sweep.err."""
     env = project_env()
-    return subprocess.Popen(
-        command, cwd=cwd, env=env, stderr=subprocess.DEVNULL, start_new_session=True
-    )
+    with open(cwd / "sweep.err", "w") as stderr:
+        return subprocess.Popen(command, cwd=cwd, env=env, stderr=stderr, start_new_session=True)
 
 
 def wait_for_steps(output_dir: Path, steps: int, sweep: subprocess.Popen) -> None:
@@ -120,6 +120,9 @@ def test_a_stopped_or_killed_sweep_run_again_loses_nothing(tmp_path, trial_field
     sweep.send_signal(signal.SIGTERM)
     assert sweep.wait(timeout=300) == 75
     assert "stopped by signal 15" in (study_dir / "trial-0000" / "sweep.log").read_text()
+    said = (tmp_path / "sweep.err").read_text()
+    assert "stopped by signal 15 in trial 0; run the same command again" in said
+    assert "Traceback" not in said and "failed" not in said  # not Optuna's failed trial
     # Run again: trial 0 continues at once (as trial 1); SIGKILL the whole session in the
     # next one (trial 2), as a reboot would: nothing checkpoints, the trial's run dies too.
     sweep = start(command, tmp_path)

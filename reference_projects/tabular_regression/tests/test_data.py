@@ -1,5 +1,7 @@
 """Data: the embedded diabetes table, your own CSV files, one preprocessing for both."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -15,6 +17,7 @@ from tabular_regression.data import (
     build_datasets,
     split,
 )
+from tabular_regression.describe import main as data_command
 from tabular_regression.train import main
 from tabular_regression.tune import main as tune
 
@@ -145,6 +148,70 @@ def test_a_missing_data_dir_or_train_csv_is_refused_before_training(tmp_path):
         build_datasets(load_config(["--data_dir", str(tmp_path)]))
 
 
+@pytest.mark.parametrize("name", ["train.csv", "val.csv"])
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (lambda path: path.mkdir(), "is a folder, not a file"),
+        (lambda path: path.symlink_to(path.name), "is a symbolic link that leads to no file"),
+    ],
+    ids=["folder", "symlink-loop"],
+)
+def test_a_csv_file_that_is_not_a_file_is_refused_saying_what_it_is(
+    tmp_path, make_table, name, make, problem
+):
+    """A train.csv that was a folder or a symbolic link to itself was refused with "holds no
+    train.csv (it holds: train.csv)"; such a val.csv was passed over for val_fraction."""
+    if name == "val.csv":
+        make_table(tmp_path / "train.csv")
+    make(tmp_path / name)
+    args = ["--data_dir", str(tmp_path), "--target_column", "y", "--output_dir", str(tmp_path)]
+    for command in (data_command, main):
+        message = refusal(command, args)
+        assert message.startswith(f"error: --data_dir: '{tmp_path / name}' {problem}")
+        assert message.endswith(f"; {name} must be a CSV file")
+
+
 def test_tune_sweeps_batch_size_only_on_in_memory_tables():
     results = tune(["--workers", "0,2", "--batch_sizes", "16", "--steps", "2"])
     assert [row["num_workers"] for row in results] == [0]
+
+
+def _rows(count: int, replace: dict[int, str]) -> str:
+    """A table a, b, y of `count` varied rows, row i on line i + 2; `replace` swaps rows."""
+    rows = [f"{i},{i % 3},{i * i % 7}" for i in range(count)]
+    return "a,b,y\n" + "\n".join(replace.get(i, row) for i, row in enumerate(rows)) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("train", "val", "problem"),
+    [
+        (_rows(30, {4: "1e308,1,2"}), None, "column 'a' holds 1e+308 on line 6,"),
+        (_rows(30, {7: "3,1,-1e200"}), None, "column 'y' holds -1e+200 on line 9,"),
+        (_rows(30, {}), _rows(4, {2: "1,1e60,1"}), "column 'b' holds 1e+60 on line 4,"),
+    ],
+    ids=["feature-overflows-float64", "target-overflows-float64", "val-overflows-float32"],
+)
+def test_values_too_far_apart_to_standardise_are_refused(tmp_path, train, val, problem):
+    """A value of 1e308 once passed with a NumPy warning: its column's standard deviation
+    overflowed to inf, the column became zeros, and preprocess.json held Infinity."""
+    (tmp_path / "train.csv").write_text(train)
+    if val is not None:
+        (tmp_path / "val.csv").write_text(val)
+    source = "val.csv" if val is not None else "train.csv"
+    args = ["--data_dir", str(tmp_path), "--target_column", "y"]
+    for command in (main, data_command):
+        message = refusal(command, ["--output_dir", str(tmp_path / "run"), *args])
+        assert message.startswith(f"error: --data_dir: '{tmp_path / source}': {problem}")
+        assert "rescale the column" in message
+    assert not (tmp_path / "run").exists()  # refused before the run writes anything
+
+
+def test_preprocess_json_never_holds_infinity_or_nan(tmp_path, cfg):
+    preprocess = build_datasets(cfg).preprocess
+    saved = tmp_path / "preprocess.json"
+    preprocess.save(saved)
+    json.loads(saved.read_text(), parse_constant=pytest.fail)  # strict JSON
+    broken = Preprocess(**{**preprocess.__dict__, "target_std": float("inf")})
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        broken.save(tmp_path / "broken.json")

@@ -46,12 +46,12 @@ def test_one_batch_can_be_overfit(short_run, tmp_path):
 
 
 def test_default_model_beats_linear_regression_on_the_same_split(tmp_path, cfg):
-    # 20 of the default 50 epochs already get there; the default run ends about 0.02 higher.
-    summary = main(["--output_dir", str(tmp_path), "--epochs", "20", "--log_every", "50"])
+    """The default run (its R^2 about 0.35) against scikit-learn's LinearRegression fitted on
+    the same training rows (about 0.33), both scored on the same validation rows."""
+    summary = main(["--output_dir", str(tmp_path), "--log_every", "50"])
     reference = linear_regression_r2(cfg)
-    assert 0.30 < reference < 0.36  # about 0.33 on this split
-    assert summary["value"] >= reference - 0.02
-    assert summary["value"] > summary["baseline_value"] + 0.3
+    assert reference > summary["baseline_value"] + 0.3  # the reference has learned something
+    assert summary["value"] > reference
 
 
 def test_reference_scores_the_baseline_linear_regression_and_a_model(

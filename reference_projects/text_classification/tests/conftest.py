@@ -100,10 +100,21 @@ def interrupt(trainers):
     return lambda *args: _interrupt(trainers, *args)
 
 
-def _interrupt(trainers, args: list[str], output_dir: Path, at_step: int, signum: int) -> int:
+@pytest.fixture
+def start_training(trainers):
+    """start_training(args): a training run started in a child process, for the test to stop."""
+    return lambda args: _start_training(trainers, args)
+
+
+def _start_training(trainers, args: list[str]) -> multiprocessing.Process:
     environment = dict(os.environ)
     child = trainers.Process(target=quiet_train, args=(args, environment))
     child.start()
+    return child
+
+
+def _interrupt(trainers, args: list[str], output_dir: Path, at_step: int, signum: int) -> int:
+    child = _start_training(trainers, args)
     metrics, deadline = output_dir / "metrics.jsonl", time.monotonic() + 120
     try:
         while child.is_alive() and time.monotonic() < deadline:

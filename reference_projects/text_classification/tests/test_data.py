@@ -5,6 +5,7 @@ from collections import Counter
 
 import pytest
 import torch
+from calls import refusal
 
 from text_classification.config import (
     ConfigError,
@@ -16,6 +17,7 @@ from text_classification.data import (
     build_datasets,
     pad_batch,
 )
+from text_classification.describe import main as data_command
 from text_classification.loaders import build_loaders
 from text_classification.reference import bag_of_words_accuracy
 from text_classification.reviews import (
@@ -145,6 +147,7 @@ def test_user_files_with_named_fields_and_labels(tmp_path, make_text_file, suffi
         ("train.jsonl", '{"text": "a", "label": "p"}\n\n["b", "n"]\n', "line 3: expected a JSON"),
         ("train.jsonl", '{"text": "a", "label": "p"}\n{"body": "b"}\n', "line 2: no key 'text'"),
         ("train.jsonl", '{"text": 3, "label": "p"}\n', "line 1: 'text' is not a string"),
+        ("train.jsonl", '{"text": "caf\\udce9", "label": "p"}\n', "line 1: 'text' holds \\udce9"),
         ("train.csv", "text,label\na,pos\nb,pos\n", "at least 2 labels"),
         ("train.csv", "text,label\na,pos\nb,pos\nc,neg\n", "label 'neg' has only 1 example"),
         ("train.csv", "text,label\ncaf\xe9,pos\n", "not UTF-8 text"),
@@ -169,6 +172,30 @@ def test_a_folder_without_one_training_file_is_refused(tmp_path, make_text_file)
     make_text_file(tmp_path / "train.jsonl", TEXTS, LABELS)
     with pytest.raises(ConfigError, match=r"holds both train.csv and train.jsonl; keep one"):
         build_datasets(load_config(["--data_dir", str(tmp_path)]))
+
+
+@pytest.mark.parametrize("name", ["train.csv", "train.jsonl", "val.csv"])
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (lambda path: path.mkdir(), "is a folder, not a file"),
+        (lambda path: path.symlink_to(path.name), "is a symbolic link that leads to no file"),
+    ],
+    ids=["folder", "symlink-loop"],
+)
+def test_a_data_file_that_is_not_a_file_is_refused_saying_what_it_is(
+    tmp_path, make_text_file, name, make, problem
+):
+    """A train.csv that was a folder or a symbolic link to itself was refused with "holds no
+    train.csv ... (it holds: train.csv)"; such a val.csv was passed over for val_fraction."""
+    if name.startswith("val"):
+        make_text_file(tmp_path / "train.csv", TEXTS, LABELS)
+    make(tmp_path / name)
+    split = name.partition(".")[0]
+    for command in (data_command, main):
+        message = refusal(command, ["--data_dir", str(tmp_path), "--output_dir", str(tmp_path)])
+        assert message.startswith(f"error: --data_dir: '{tmp_path / name}' {problem}")
+        assert message.endswith(f"; {split}.csv or {split}.jsonl must be a file of examples")
 
 
 def test_labels_outside_the_known_set_are_refused(tmp_path, make_text_file):

@@ -2,16 +2,20 @@
 and `num_workers auto` takes half the CPUs, at most 4."""
 
 import os
+import random
 
+import numpy as np
 import pytest
 import torch
 
 from text_classification.loaders import (
+    SHUFFLE_BEFORE_FORMAT_5,
     EpochBatchSampler,
     InMemoryLoader,
     TensorData,
     resolve_num_workers,
 )
+from text_classification.utils.seed import seed_worker
 
 
 @pytest.fixture
@@ -54,9 +58,59 @@ def test_the_batches_are_the_samplers_from_any_batch_on():
     assert list(loader) == []
 
 
+def test_no_seed_repeats_the_order_of_another_seed_an_epoch_later():
+    """Each epoch's shuffle is seeded from the pair (seed, epoch): a sweep over seeds sees
+    other orders, not the same ones shifted by an epoch, as seed + epoch gave (which
+    checkpoints before format 5 keep)."""
+
+    def order(seed: int, epoch: int, *seeding: str) -> list[int]:
+        sampler = EpochBatchSampler(50, batch_size=50, shuffle=True, drop_last=True, seed=seed)
+        sampler.set_epoch(epoch, 0, *seeding)
+        return next(iter(sampler)).tolist()
+
+    pairs = [(seed, epoch) for seed in range(4) for epoch in range(4)]
+    assert len({tuple(order(seed, epoch)) for seed, epoch in pairs}) == len(pairs)
+    assert order(2, 3) == order(2, 3)
+    old = SHUFFLE_BEFORE_FORMAT_5
+    assert all(order(s, e + 1, old) == order(s + 1, e, old) for s, e in pairs)
+
+
 @pytest.mark.parametrize(("cpus", "workers"), [(16, 4), (6, 3), (2, 1), (1, 0)])
 def test_auto_workers_take_half_the_cpus_at_most_4(monkeypatch, cpus, workers):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: cpus)
     assert resolve_num_workers("auto") == workers
     assert resolve_num_workers(3) == 3  # a number is taken as given
+
+
+class RandomDraws(torch.utils.data.Dataset):
+    """Each sample: what an augmentation in a loader worker would draw from Python's, NumPy's
+    and torch's generators."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> list[float]:
+        return [random.random(), float(np.random.rand()), torch.rand(()).item()]
+
+
+def worker_draws(seed: int) -> list[float]:
+    """An epoch of RandomDraws in 2 workers seeded as the project's loaders seed theirs: by
+    seed_worker, from the run's data generator."""
+    loader = torch.utils.data.DataLoader(
+        RandomDraws(),
+        batch_size=2,
+        num_workers=2,
+        worker_init_fn=seed_worker,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    return [value for batch in loader for column in batch for value in column.tolist()]
+
+
+def test_loader_workers_draw_from_the_runs_seed_each_its_own_numbers():
+    """Each worker draws its own numbers from Python's, NumPy's and torch's generators (not
+    copies of the parent's, which would repeat augmentations), and an epoch's draws follow
+    the run's seed: the same seed, the same augmentations."""
+    draws = worker_draws(0)
+    assert draws == worker_draws(0) and draws != worker_draws(1)
+    assert len(set(draws)) == len(draws)  # no worker repeats another's numbers

@@ -3,6 +3,7 @@ uninterrupted run ends (weights, optimizer state, every logged metric), bit for 
 CPU as it runs by default, on CUDA with --deterministic true (calls.EXACT)."""
 
 import json
+import os
 import random
 import signal
 from pathlib import Path
@@ -15,6 +16,10 @@ from text_classification import task
 from text_classification.checkpoint import load_checkpoint
 from text_classification.train import main
 
+# Where the tests kill a run: other steps each time, and RESUME_KILL_SEED=N makes a failure's
+# steps again (its message names both).
+KILL_SEED = int(os.environ.get("RESUME_KILL_SEED", random.randrange(2**32)))
+kill_steps = random.Random(KILL_SEED)
 STEPS = 30  # two epochs of the tests' data (conftest.py's embedded_args, user_data) and more
 RUN_FIELDS = {
     "max_steps": STEPS,
@@ -32,8 +37,9 @@ def run_args(output_dir: Path, *extra: str) -> list[str]:
 
 def assert_same_run(whole: Path, resumed: Path, from_step: int) -> None:
     """Identical metrics after the resume point, weights, optimizer and schedule state."""
-    assert logged(resumed) == logged(whole), f"metrics differ after resuming at step {from_step}"
-    assert_same_end(resumed, whole, STEPS)
+    where = f"resumed at step {from_step} (RESUME_KILL_SEED={KILL_SEED})"
+    assert logged(resumed) == logged(whole), f"metrics differ, {where}"
+    assert_same_end(resumed, whole, STEPS, where)
     final = load_checkpoint(resumed / "checkpoints" / f"step-{STEPS:06d}.pt")
     assert final["average"], "no average of the weights to compare: ema_decay is off"
 
@@ -59,7 +65,7 @@ def test_sigkill_at_a_random_step_then_resume_is_exact(reference, interrupt, tmp
     root, extra = reference
     epoch_steps = steps_per_epoch(root / "whole")
     assert epoch_steps * 2 + 3 <= STEPS, "an epoch must be short enough for two in one run"
-    at_step = random.randint(epoch * epoch_steps + 2, (epoch + 1) * epoch_steps - 1)
+    at_step = kill_steps.randint(epoch * epoch_steps + 2, (epoch + 1) * epoch_steps - 1)
     args = run_args(tmp_path, *extra)
     assert interrupt(args, tmp_path, at_step, signal.SIGKILL) == -signal.SIGKILL
     main(args)  # the same command again: resume auto
@@ -90,12 +96,13 @@ def test_a_run_killed_before_it_stops_early_stops_at_the_same_step(
     summary = json.loads((tmp_path / "whole" / "summary.json").read_text())
     assert summary["stopped_early"] is True and summary["steps"] == 12
     args = run_args(tmp_path / "killed", *embedded_args, *EARLY_STOP)
-    at_step = random.randint(7, 11)  # resumes from the checkpoint of step 5 or of step 10
+    at_step = kill_steps.randint(7, 11)  # resumes from the checkpoint of step 5 or of step 10
+    where = f"killed at step {at_step} (RESUME_KILL_SEED={KILL_SEED})"
     assert interrupt(args, tmp_path / "killed", at_step, signal.SIGKILL) < 0
     resumed = main(args)  # the same command again: resume auto
-    assert resumed["stopped_early"] is True and resumed["steps"] == 12
-    assert logged(tmp_path / "killed") == logged(tmp_path / "whole")
-    assert_same_end(tmp_path / "killed", tmp_path / "whole", 12)
+    assert resumed["stopped_early"] is True and resumed["steps"] == 12, where
+    assert logged(tmp_path / "killed") == logged(tmp_path / "whole"), where
+    assert_same_end(tmp_path / "killed", tmp_path / "whole", 12, where)
 
 
 def test_nan_loss_stops_naming_the_step_and_keeps_good_checkpoints(

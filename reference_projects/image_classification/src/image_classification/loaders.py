@@ -100,21 +100,38 @@ def fingerprint(content: bytes, train_idx: np.ndarray, val_idx: np.ndarray) -> s
     return digest.hexdigest()[:16]
 
 
+# How each epoch's permutation is seeded; a checkpoint records it, and its run keeps it.
+# From the pair, no two (seed, epoch) share an order: with the seed + epoch of checkpoints
+# before format 5, seed s at epoch e + 1 repeated the order of seed s + 1 at epoch e.
+SHUFFLE = "SeedSequence([seed, epoch])"
+SHUFFLE_BEFORE_FORMAT_5 = "seed + epoch"
+
+
+def shuffle_seed(seed: int, epoch: int, seeding: str = SHUFFLE) -> int:
+    """The seed of epoch `epoch`'s permutation in a run seeded with `seed`, seeded the
+    `seeding` way (SHUFFLE or SHUFFLE_BEFORE_FORMAT_5)."""
+    if seeding == SHUFFLE_BEFORE_FORMAT_5:
+        return seed + epoch
+    return int(np.random.SeedSequence([seed, epoch]).generate_state(1, np.uint64)[0])
+
+
 class EpochBatchSampler:
     """Batches of indices in an order fixed by (seed, epoch), resumable at any batch.
 
-    Each epoch draws its own permutation from `seed + epoch`, so epoch e has the same order
-    in every run with this seed, and a run resumed at (epoch, batch) sees exactly the
-    batches the uninterrupted run would have seen next.
+    Each epoch draws its own permutation from the pair (seed, epoch) (`shuffle_seed`), so
+    epoch e has the same order in every run with this seed, and a run resumed at (epoch,
+    batch) sees exactly the batches the uninterrupted run would have seen next.
     """
 
     def __init__(self, size: int, batch_size: int, shuffle: bool, drop_last: bool, seed: int):
         self.size, self.batch_size = size, batch_size
         self.shuffle, self.drop_last, self.seed = shuffle, drop_last, seed
-        self.epoch, self.start_batch = 0, 0
+        self.epoch, self.start_batch, self.seeding = 0, 0, SHUFFLE
 
-    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
-        self.epoch, self.start_batch = epoch, start_batch
+    def set_epoch(self, epoch: int, start_batch: int = 0, seeding: str = SHUFFLE) -> None:
+        """The next iteration: epoch `epoch` from batch `start_batch`, its order seeded the
+        `seeding` way (a resumed run keeps its checkpoint's: Progress.shuffle)."""
+        self.epoch, self.start_batch, self.seeding = epoch, start_batch, seeding
 
     def __len__(self) -> int:
         full, rest = divmod(self.size, self.batch_size)
@@ -122,7 +139,8 @@ class EpochBatchSampler:
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         if self.shuffle:
-            generator = torch.Generator().manual_seed(self.seed + self.epoch)
+            seed = shuffle_seed(self.seed, self.epoch, self.seeding)
+            generator = torch.Generator().manual_seed(seed)
             order = torch.randperm(self.size, generator=generator)
         else:
             order = torch.arange(self.size)

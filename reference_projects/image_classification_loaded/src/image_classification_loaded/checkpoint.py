@@ -9,26 +9,30 @@ and `best` beside them name a checkpoint and only move after it is completely wr
 Every checkpoint has one layout, whatever the number of processes that wrote it: RNG holds
 one entry per process. FORMAT_VERSION numbers that layout; older versions load through
 `_upgrade`, newer ones are refused.
+
+Every file ends with a checksum of its bytes, verified before it is loaded: a checkpoint
+damaged on disk is reported and skipped for the previous one, never trained on.
 """
 
 import logging
-import os
 import random
 import re
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import gather_object
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from torch import nn
 
 from .average import averaged_weights
+from .loaders import SHUFFLE, SHUFFLE_BEFORE_FORMAT_5
 from .utils.errors import first_line
+from .utils.files import DiskFull, archive_damage, atomic_write, with_checksum
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +52,9 @@ DATA_GENERATOR = "data_generator"  # key of the loader generator's state in an R
 # 1: before checkpoints had FORMAT (one process stored RNG as a dict); 2: one RNG layout for
 # any number of processes; 3: progress counts stale evaluations (early stopping), and the
 # weights' average is kept where ema_decay asks for one; 4: progress says whether a sweep's
-# pruner stopped the run.
-FORMAT_VERSION = 4
+# pruner stopped the run; 5: progress says how each epoch's shuffle is seeded (loaders.py:
+# earlier checkpoints resume with seed + epoch), and the file ends with its checksum.
+FORMAT_VERSION = 5
 
 _NAME = re.compile(r"^step-(\d+)\.pt$")
 
@@ -77,6 +82,7 @@ class Progress:
     # Evaluations in a row without an improvement of more than early_stopping_min_delta.
     stale_evaluations: int = 0
     pruned: bool = False  # a sweep's pruner stopped the run (utils/pruning.py)
+    shuffle: str = SHUFFLE  # how each epoch's shuffle is seeded, kept for the run's lifetime
 
 
 def checkpoint_path(directory: Path, step: int) -> Path:
@@ -94,10 +100,15 @@ def save_checkpoint(
     directory.mkdir(parents=True, exist_ok=True)
     path = checkpoint_path(directory, progress.step)
     payload = {FORMAT: FORMAT_VERSION, **states, PROGRESS: asdict(progress)}
-    atomic_write(path, lambda file: torch.save(payload, file))
-    atomic_write(directory / "latest", lambda file: file.write(f"{path.name}\n".encode()))
-    if is_best:
-        atomic_write(directory / "best", lambda file: file.write(f"{path.name}\n".encode()))
+    try:
+        atomic_write(path, lambda file: with_checksum(partial(torch.save, payload), file))
+        atomic_write(directory / "latest", lambda file: file.write(f"{path.name}\n".encode()))
+        if is_best:
+            atomic_write(directory / "best", lambda file: file.write(f"{path.name}\n".encode()))
+    except DiskFull as error:
+        complete = list_checkpoints(directory)  # the newest may be this step's, if complete
+        resumes = f" to resume from '{complete[-1]}'" if complete else ""
+        raise DiskFull(f"{error}{resumes}") from error.__cause__
     _prune(directory, keep)
     return path
 
@@ -106,6 +117,13 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load one checkpoint on the CPU, refusing anything but tensors and plain values."""
     if not path.is_file():
         raise CheckpointError(f"checkpoint '{path}' does not exist")
+    try:
+        damage = archive_damage(path)
+    except Exception as error:  # not a zip archive: truncated, emptied, or another file
+        reason = first_line(error, 120)
+        raise CheckpointError(f"checkpoint '{path}' is unreadable ({reason})") from None
+    if damage:
+        raise CheckpointError(f"checkpoint '{path}' is corrupt ({damage})")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # truncated or corrupt files raise many different errors
@@ -126,9 +144,11 @@ def _upgrade(payload: dict[str, Any]) -> dict[str, Any]:
     """The checkpoint in this version's layout. Version 1 of one process kept its RNG states
     as a dict and the loader generator's beside them; of several, a list as now. Before
     version 3 no evaluation was counted as stale, before 4 no run was pruned: Progress's
-    defaults."""
+    defaults. Before 5 every epoch's shuffle was seeded with seed + epoch: the run goes on
+    in that order."""
     if isinstance(payload[RNG], dict):
         payload[RNG] = [payload[RNG] | {DATA_GENERATOR: payload.pop(DATA_GENERATOR)}]
+    payload[PROGRESS].setdefault("shuffle", SHUFFLE_BEFORE_FORMAT_5)
     payload[FORMAT] = FORMAT_VERSION
     return payload
 
@@ -216,7 +236,7 @@ def save_weights(model: nn.Module, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "model.safetensors"
     state = {key: value.detach().cpu().contiguous() for key, value in model.state_dict().items()}
-    save_file(state, path)
+    atomic_write(path, lambda file: file.write(save(state)))
     return path
 
 
@@ -245,26 +265,6 @@ def _rng_states() -> dict[str, Any]:
 
 def _to_tuple(value: Any) -> Any:
     return tuple(_to_tuple(v) for v in value) if isinstance(value, (list, tuple)) else value
-
-
-def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
-    """Write to a temporary file beside `path`, fsync, then rename over it.
-
-    A crash at any moment leaves either the old file or the new one, never a partial one:
-    os.replace is atomic on POSIX and Windows, and it replaces without unlinking first.
-    """
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "wb") as file:
-        write(file)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
-    if hasattr(os, "O_DIRECTORY"):  # make the rename itself durable
-        descriptor = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
 
 
 def _prune(directory: Path, keep: int) -> None:

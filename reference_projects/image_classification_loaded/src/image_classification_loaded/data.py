@@ -18,7 +18,7 @@ from sklearn.model_selection import train_test_split
 from torch.utils.data import Dataset
 
 from .config import FAST_DEV_RUN_VAL_BATCHES, ConfigError, TrainConfig
-from .images import describe_files, load_image, readable
+from .images import describe_files, load_image, readable, refuse_names_not_utf8
 from .loaders import (
     SPLIT_SEED,
     Datasets,
@@ -28,6 +28,7 @@ from .loaders import (
     first_batches_only,
     first_validation_batches,
 )
+from .utils.files import write_json
 
 IMAGE_SUFFIXES = {".bmp", ".gif", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp"}
 # Images decoded to estimate the normalisation constants of a folder dataset.
@@ -59,7 +60,8 @@ class Preprocess:
         return torch.from_numpy(array).reshape(*size, self.image_channels).permute(2, 0, 1)
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        # allow_nan=False: strict JSON, never Infinity or NaN, which other readers refuse.
+        write_json(path, asdict(self), allow_nan=False)  # atomically
 
     @classmethod
     def load(cls, path: Path) -> "Preprocess":
@@ -135,6 +137,7 @@ def _image_folder(cfg: TrainConfig, root: Path) -> Datasets:
             if path.suffix.lower() in IMAGE_SUFFIXES:
                 paths.append(path)
                 labels.append(label)
+    refuse_names_not_utf8(root, [*class_dirs, *paths])
     suffixes = ", ".join(sorted(IMAGE_SUFFIXES))
     if not paths:
         raise ConfigError(

@@ -38,6 +38,7 @@ from .checkpoint import (
 from .config import ConfigError, TrainConfig, load_config
 from .data import Preprocess
 from .model import build_model
+from .model_folder import ModelFolderError, read_preprocess
 from .utils.cli import Parser
 from .utils.errors import first_line
 from .utils.model_card import write_model_card
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     try:
         report = export_run(Path(args.output_dir), args.checkpoint, overrides)
-    except (CheckpointError, ConfigError, ExportError) as error:
+    except (CheckpointError, ConfigError, ExportError, ModelFolderError) as error:
         raise SystemExit(f"error: {error}") from None
     print(describe(report))
     return report
@@ -80,6 +81,7 @@ def export_run(
     `checkpoint` is best, latest or a path; `overrides` (field -> text, as on the command
     line) change the checkpoint's config for the export, parsed and checked as training does.
     """
+    check_run_folder(output_dir)
     path = resolve_checkpoint(output_dir / "checkpoints", checkpoint)
     state = load_checkpoint(path)
     cfg = _with_overrides(_checkpoint_config(state, path), overrides or {})
@@ -89,7 +91,7 @@ def export_run(
             f"'{preprocess_path}' is missing: export needs the preprocessing that a finished "
             "training run writes there"
         )
-    preprocess = Preprocess.load(preprocess_path)
+    preprocess = read_preprocess(preprocess_path)
     # Preprocessing fields that are also config fields were set from the config in training.
     taken = asdict(preprocess)
     if cfg.pretrained is not None:  # but a pretrained model's input size and channels
@@ -242,6 +244,20 @@ def describe(report: dict[str, Any]) -> str:
         f"{report['max_rel_error']:.2g}; tolerance {report['atol']:g} + 2 x "
         f"{report['float32_rounding']:.2g} (float32 rounding) + {report['rtol']:g} x |PyTorch|)"
     )
+
+
+def check_run_folder(output_dir: Path) -> None:
+    """A training run's folder: neither a folder that does not exist nor the run's model/."""
+    if not output_dir.is_dir():
+        raise ExportError(
+            f"--output_dir '{output_dir}' is not a folder; pass a training run's folder, whose "
+            "checkpoints/ and model/ export reads"
+        )
+    if (output_dir / "model.safetensors").is_file() and not (output_dir / "model").is_dir():
+        raise ExportError(
+            f"--output_dir '{output_dir}' is a model folder; pass its training run's folder, "
+            f"'{output_dir.parent}', whose checkpoints/ and model/ export reads"
+        )
 
 
 def resolve_checkpoint(checkpoint_dir: Path, checkpoint: str) -> Path:

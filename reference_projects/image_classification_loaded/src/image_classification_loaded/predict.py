@@ -7,29 +7,16 @@ the preprocessing fitted on the training data, so inference sees what training s
 """
 
 import sys
-from pathlib import Path
 
 import torch
-import yaml
 from PIL import Image
 from torch import nn
 
-from .checkpoint import load_weights
-from .config import TrainConfig
 from .data import Preprocess
 from .images import load_image
 from .loaders import DataError
-from .model import build_model
+from .model_folder import ModelFolderError, load_trained
 from .utils.cli import Parser
-
-
-def load_trained(model_dir: str | Path) -> tuple[nn.Module, Preprocess]:
-    """The trained model in eval mode on the CPU, and the preprocessing it was trained with."""
-    model_dir = Path(model_dir)
-    cfg = TrainConfig(**yaml.safe_load((model_dir / "config.yaml").read_text()))
-    preprocess = Preprocess.load(model_dir / "preprocess.json")
-    model = build_model(cfg, preprocess)
-    return load_weights(model, model_dir).eval(), preprocess
 
 
 @torch.inference_mode()
@@ -43,10 +30,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("model_dir", metavar="MODEL_DIR", help="a training run's model/ folder")
     parser.add_argument("paths", metavar="IMAGE", nargs="+", help="image files to classify")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    model, preprocess = load_trained(args.model_dir)
     try:
+        model, preprocess = load_trained(args.model_dir)
         images = [load_image(path) for path in args.paths]
-    except DataError as error:
+    except (ModelFolderError, DataError) as error:
         raise SystemExit(f"error: {error}") from None
     for path, label in zip(args.paths, predict(model, preprocess, images), strict=True):
         print(f"{path}\t{label}")

@@ -41,7 +41,7 @@ def measure(cfg: TrainConfig, steps: int) -> float:
     average = weight_average(model, cfg.ema_decay)  # what it costs is measured too
     model, optimizer = prepare(accelerator, model, build_optimizer(model, cfg))
     train_step = TrainStep(model, optimizer, accelerator, cfg, WARMUP_STEPS + steps, average)
-    window = LogWindow(WARMUP_STEPS + steps, device, 0, [], TrainingClock(device))
+    window = LogWindow(device, 0, [], TrainingClock(device))
     epoch, left = 0, 0  # micro-batches left in the epoch
     for step in range(WARMUP_STEPS + steps):
         if step == WARMUP_STEPS:
@@ -125,6 +125,7 @@ def _parser() -> Parser:
         metavar="N",
         help="optimizer steps measured for each, after two warm-up steps (default: 30)",
     )
+    parser.add_config_fields(TrainConfig, "Every other --field value is a field of TrainConfig")
     return parser
 
 

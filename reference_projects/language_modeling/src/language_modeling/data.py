@@ -29,6 +29,7 @@ from .loaders import (
     first_batches_only,
     first_validation_batches,
 )
+from .utils.files import write_json
 
 # Targets past the end of the text: F.cross_entropy's ignore_index, never scored.
 IGNORE = -100
@@ -51,7 +52,8 @@ class Preprocess:
         return bytes(values).decode("utf-8", errors="replace")
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        # allow_nan=False: strict JSON, never Infinity or NaN, which other readers refuse.
+        write_json(path, asdict(self), allow_nan=False)  # atomically
 
     @classmethod
     def load(cls, path: Path) -> "Preprocess":
@@ -146,7 +148,19 @@ def windows(ids: Tensor, context: int, stride: int, pad: bool = False) -> Tensor
 
 def read_text(folder: Path) -> str:
     """Every .txt file under `folder`, in sorted order, joined by newlines."""
-    files = sorted(path for path in folder.rglob("*.txt") if path.is_file())
+    found = sorted(folder.rglob("*.txt"))
+    for path in found:
+        if not path.is_file() and not path.is_dir():  # a folder named *.txt is searched too
+            problem = (
+                "a symbolic link that leads to no file (a loop, or its target is missing)"
+                if path.is_symlink()
+                else "not a regular file"
+            )
+            raise ConfigError(
+                f"--data_dir: '{path}' is {problem}; every .txt file under --data_dir is read "
+                "as training text: replace it with the file, or remove it"
+            )
+    files = [path for path in found if path.is_file()]
     if not files:
         raise ConfigError(f"--data_dir: '{folder}' holds no .txt files")
     texts = []

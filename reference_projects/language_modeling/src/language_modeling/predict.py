@@ -12,26 +12,14 @@ import sys
 from pathlib import Path
 
 import torch
-import yaml
 from torch import nn
 
 from . import task
-from .checkpoint import load_weights
-from .config import TrainConfig
 from .data import Preprocess, windows
-from .model import build_model
+from .model_folder import ModelFolderError, load_trained
 from .utils.cli import Parser
 
 BATCH = 64  # windows scored per forward pass
-
-
-def load_trained(model_dir: str | Path) -> tuple[nn.Module, Preprocess]:
-    """The trained model in eval mode on the CPU, and the preprocessing it was trained with."""
-    model_dir = Path(model_dir)
-    cfg = TrainConfig(**yaml.safe_load((model_dir / "config.yaml").read_text()))
-    preprocess = Preprocess.load(model_dir / "preprocess.json")
-    model = build_model(cfg, preprocess)
-    return load_weights(model, model_dir).eval(), preprocess
 
 
 @torch.inference_mode()
@@ -57,7 +45,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("model_dir", metavar="MODEL_DIR", help="a training run's model/ folder")
     parser.add_argument("paths", metavar="FILE", nargs="+", help="UTF-8 text files to score")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    model, preprocess = load_trained(args.model_dir)
+    try:
+        model, preprocess = load_trained(args.model_dir)
+    except ModelFolderError as error:
+        raise SystemExit(f"error: {error}") from None
     for path in args.paths:
         try:
             (score,) = predict(model, preprocess, [Path(path).read_text(encoding="utf-8")])

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from .data import Preprocess
-from .predict import load_trained
+from .model_folder import ModelFolderError, load_trained
 from .utils.cli import Parser, at_least
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,10 @@ def main(argv: list[str] | None = None) -> str:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     if not args.prompt:
         raise SystemExit("error: --prompt: got '', expected text for the model to continue")
-    model, preprocess = load_trained(args.model_dir)
+    try:
+        model, preprocess = load_trained(args.model_dir)
+    except ModelFolderError as error:
+        raise SystemExit(f"error: {error}") from None
     generator = torch.Generator().manual_seed(args.seed)
     text = generate(
         model, preprocess, args.prompt, args.length, args.temperature, args.top_k, generator

@@ -34,7 +34,7 @@ from optuna.study import MaxTrialsCallback
 from optuna.trial import TrialState
 
 from . import task
-from .config import ConfigError, load_config
+from .config import ConfigError, TrainConfig, load_config
 from .utils.cli import Parser, at_least
 from .utils.monitor import Preemption, configure_logging
 from .utils.pruning import PRUNER, study_pruner
@@ -150,6 +150,7 @@ def run_trials(
             study.stop()
 
     finished = MaxTrialsCallback(args.trials, states=FINISHED)
+    verbosity = optuna.logging.get_verbosity()
     try:
         study.optimize(objective, callbacks=[finished, stop_after_failures], catch=(TrialFailed,))
     except SweepStopped as stop:
@@ -157,6 +158,16 @@ def run_trials(
         interrupted = study.get_trials(deepcopy=False)[stop.trial]
         RetryHeartbeatStaleTrialCallback(inherit_intermediate_values=True)(study, interrupted)
         raise
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+def _stopped(trial: int, signum: int) -> SweepStopped:
+    """The stop of a running sweep. Optuna logs an objective's exception as a failed trial,
+    with its traceback: this trial has not failed (it runs again from its checkpoint), and
+    main() says in one line why the sweep stopped, so Optuna's warnings are silenced."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    return SweepStopped(trial, signum)
 
 
 def run_trial(
@@ -164,7 +175,7 @@ def run_trial(
 ) -> float:
     """Train one trial in its folder; its best evaluation is the trial's value."""
     if processes.requested:  # between two trials: this one starts next time
-        raise SweepStopped(trial.number, processes.requested)
+        raise _stopped(trial.number, processes.requested)
     params = {dimension.name: dimension.suggest(trial) for dimension in space}
     frozen = trial.study.get_trials(deepcopy=False)[trial.number]
     first = RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen)  # a trial run again
@@ -176,7 +187,7 @@ def run_trial(
     log.info("trial %d: %s -> %s", trial.number, params, output_dir)
     code = processes.run_trial(argv, output_dir / "sweep.log", args)
     if processes.requested:  # whatever the launcher made of the run's exit 75
-        raise SweepStopped(trial.number, processes.requested)
+        raise _stopped(trial.number, processes.requested)
     if code != 0:
         raise TrialFailed(f"trial {trial.number} exited with {code}: see {output_dir}/sweep.log")
     summary = json.loads((output_dir / "summary.json").read_text())
@@ -218,20 +229,35 @@ def _finished(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=FINISHED))
 
 
+# The help of this command's options (--help)
+_SPACE = "the fields searched and their ranges (default: %(default)s)"
+_TRIALS = "finished (complete or pruned) trials to reach (default: %(default)s)"
+_STUDY = "trial-NNNN folders, study.db and the report go here (default: %(default)s)"
+_WORKERS = "sweeps run side by side on this machine, sharing the study (default: %(default)s)"
+_PRUNER = "stop a trial whose evaluations fall below the median (default: %(default)s)"
+_STARTUP = "trials that finish before any is pruned (default: %(default)s)"
+_SEED = "seeds the TPE sampler, not the trials' training (default: %(default)s)"
+_HEARTBEAT = "seconds between a trial's heartbeats (default: %(default)s)"
+
+
 def _parser() -> Parser:
     """This command's own options; every other argument is a config field (load_config)."""
     parser = Parser("sweep", "Search hyperparameters with Optuna, each trial a training run.")
-    parser.add_argument("--space", type=Path, default=Path("configs/sweep.yaml"), metavar="FILE")
-    parser.add_argument("--trials", type=at_least(1, int), default=20, metavar="N")
-    parser.add_argument("--study_dir", type=Path, default=Path("outputs/sweep"), metavar="DIR")
-    parser.add_argument("--storage", metavar="URL", help="default: sqlite:///STUDY_DIR/study.db")
-    parser.add_argument("--workers", type=at_least(1, int), default=1, metavar="K")
-    parser.add_argument("--pruner", choices=("median", "none"), default="median")
-    parser.add_argument("--startup_trials", type=at_least(0, int), default=5, metavar="N")
-    parser.add_argument("--seed", type=at_least(0, int), default=0, metavar="S")
-    parser.add_argument("--heartbeat_s", type=at_least(1, int), default=10, metavar="S")
-    parser.add_argument("--report", action="store_true", help="write the report and exit")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    option = parser.add_argument
+    option("--space", type=Path, default=Path("configs/sweep.yaml"), metavar="FILE", help=_SPACE)
+    option("--trials", type=at_least(1, int), default=20, metavar="N", help=_TRIALS)
+    option("--study_dir", type=Path, default=Path("outputs/sweep"), metavar="DIR", help=_STUDY)
+    option("--storage", metavar="URL", help="default: sqlite:///STUDY_DIR/study.db")
+    option("--workers", type=at_least(1, int), default=1, metavar="K", help=_WORKERS)
+    option("--pruner", choices=("median", "none"), default="median", help=_PRUNER)
+    option("--startup_trials", type=at_least(0, int), default=5, metavar="N", help=_STARTUP)
+    option("--seed", type=at_least(0, int), default=0, metavar="S", help=_SEED)
+    option("--heartbeat_s", type=at_least(1, int), default=10, metavar="S", help=_HEARTBEAT)
+    option("--report", action="store_true", help="write the report and exit")
+    option("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_config_fields(
+        TrainConfig, "Every other --field value is a field of TrainConfig, fixed in every trial"
+    )
     return parser
 
 

@@ -29,13 +29,15 @@ from .model import build_model
 from .optim import FEW_STEPS, TrainStep, build_optimizer, prepare
 from .resume import resume_point
 from .state import TrainingState
+from .utils.files import DiskFull
+from .utils.folder_lock import refuse_if_in_use, release_run_folder
 from .utils.modules import UnregisteredModuleError, assert_modules_registered
 from .utils.monitor import (
     Preempted,
-    Preemption,
     Throughput,
     TrainingClock,
     TrainingDiverged,
+    stopped_at_once,
 )
 from .utils.processes import (
     on_main_process,
@@ -50,15 +52,24 @@ from .utils.records import finish_run_folder, peak_memory_mb, start_run_folder
 from .utils.seed import seed_everything
 
 log = logging.getLogger("language_modeling")
-# Errors whose message names what to change (input, a diverged run): one line, no traceback.
-USER_ERRORS = (ConfigError, CheckpointError, DataError, UnregisteredModuleError, TrainingDiverged)
+# Errors whose message names what to change (input, a full disk, a diverged run): one line,
+# no traceback.
+USER_ERRORS = (
+    ConfigError,
+    CheckpointError,
+    DataError,
+    DiskFull,
+    UnregisteredModuleError,
+    TrainingDiverged,
+)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Command-line entry point: returns the summary; bad input exits with one line.
 
-    Exit codes: 0 done, 1 bad input or a diverged loss, 75 preempted (SIGTERM or SIGUSR1:
-    a checkpoint was written, and running the same command again resumes from it).
+    Exit codes: 0 done, 1 bad input or a diverged loss, 75 preempted (SIGTERM or SIGUSR1)
+    and 130 interrupted (Ctrl-C): a checkpoint of the step it stopped at was written, and
+    running the same command again resumes from it; after a second Ctrl-C, from the last one.
     """
     try:
         return train(load_config(sys.argv[1:] if argv is None else argv))
@@ -66,13 +77,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise SystemExit(f"error: {error}") from None
     except Preempted as stop:
         log.warning("%s", stop)
-        raise SystemExit(Preemption.EXIT_CODE) from None
+        raise SystemExit(stop.exit_code) from None
+    except KeyboardInterrupt:  # a second Ctrl-C, or one outside the loop
+        raise stopped_at_once() from None
 
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
     # --- config
-    if cfg.fast_dev_run:
-        cfg = apply_fast_dev_run(cfg)
+    cfg = apply_fast_dev_run(cfg) if cfg.fast_dev_run else cfg
     output_dir = Path(cfg.output_dir)
 
     # --- the Accelerator, seed and device
@@ -88,7 +100,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     total_steps = _total_steps(cfg, batches_per_epoch)
     baseline_value = task.baseline(datasets.train_targets, datasets.val_targets)
 
-    # --- resume: a checkpoint of another run is refused here, before anything is written
+    # --- resume: a folder in use or a checkpoint of another run is refused before any write
+    on_main_process(accelerator, lambda: refuse_if_in_use(output_dir))
     progress, resumed_from, state = resume_point(
         cfg, datasets.fingerprint, accelerator.num_processes, batches_per_epoch, total_steps
     )
@@ -120,18 +133,18 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         window = start_log_window(accelerator, cfg, progress, clock)
         while progress.step < total_steps and not stop.requested and not stopping.stops(progress):
             if micro_batches is None:
-                train_loader.batch_sampler.set_epoch(progress.epoch, start_batch=progress.batch)
+                train_loader.batch_sampler.set_epoch(
+                    progress.epoch, progress.batch, progress.shuffle
+                )
                 micro_batches = iter(train_loader)
             group = min(cfg.grad_accum_steps, batches_per_epoch - progress.batch)
             grad_norm, lr = train_step(micro_batches, group, progress.step, window)
             profiler.step()
-            progress.step += 1
-            progress.batch += group
+            progress.step, progress.batch = progress.step + 1, progress.batch + group
             end_of_epoch = progress.batch == batches_per_epoch
             if end_of_epoch:
                 progress.epoch, progress.batch, micro_batches = progress.epoch + 1, 0, None
-            if throughput.start is None:  # the first step (compilation, warm-up) is not timed
-                throughput.first_step_done(window.counted_samples())
+            throughput.step_done(window.counted_samples())
             last_step = progress.step == total_steps
 
             if progress.step % cfg.log_every == 0 or last_step:
@@ -147,12 +160,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                     eval_metrics = evaluate(
                         average.module, val_loader, accelerator, datasets.preprocess
                     )
-                metric = eval_metrics[task.METRIC]
                 record = {"step": progress.step, "epoch": progress.epoch, "split": "val"}
                 record |= {"eval_s": evaluation.seconds} | eval_metrics
                 metrics_log.write(record)
-                log.info("step %d | val %s %.4f", progress.step, task.METRIC, metric)
-                stopping.record(progress, metric)
+                log.info("step %d | val %s %.4f", progress.step, task.METRIC, record[task.METRIC])
+                stopping.record(progress, record[task.METRIC])
             is_best = progress.best_step == progress.step  # this step's evaluation, the best
             if _due(cfg.checkpoint_every, progress.step, end_of_epoch) or is_best or last_step:
                 with clock.paused("checkpoint"):
@@ -161,7 +173,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         if saved_step < progress.step:  # stopped by a signal or early: that step is saved too
             training_state.save(progress, window, datasets.fingerprint, is_best=False)
         if stop.requested:
-            raise Preempted(f"stopped by signal {stop.requested} after step {progress.step}")
+            raise Preempted(stop.requested, progress.step)
     if not eval_metrics:  # resumed a run that had already finished
         eval_metrics = evaluate(average.module, val_loader, accelerator, datasets.preprocess)
 
@@ -172,6 +184,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     on_main_process(
         accelerator, lambda: finish_run_folder(cfg, average.module, datasets.preprocess, summary)
     )
+    release_run_folder(output_dir)
     log.info("done: %(metric)s %(value).4f (baseline %(baseline_value).4f)", summary)
     return summary
 

@@ -20,7 +20,7 @@ from sklearn.model_selection import train_test_split
 from torch.utils.data import Dataset
 
 from .config import FAST_DEV_RUN_VAL_BATCHES, ConfigError, TrainConfig
-from .images import describe_files, load_image, readable
+from .images import describe_files, load_image, readable, refuse_names_not_utf8
 from .loaders import (
     SPLIT_SEED,
     Datasets,
@@ -30,6 +30,7 @@ from .loaders import (
     first_batches_only,
     first_validation_batches,
 )
+from .utils.files import write_json
 
 SHAPE_CLASSES = ("background", "circle", "square", "triangle")
 SHAPES_SEED = 0  # part of the dataset's definition, like the split: it does not move with --seed
@@ -72,7 +73,8 @@ class Preprocess:
         return torch.from_numpy(np.array(mask, dtype=np.uint8))
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        # allow_nan=False: strict JSON, never Infinity or NaN, which other readers refuse.
+        write_json(path, asdict(self), allow_nan=False)  # atomically
 
     @classmethod
     def load(cls, path: Path) -> "Preprocess":
@@ -217,6 +219,7 @@ def _pair_images_with_masks(root: Path) -> list[tuple[Path, Path]]:
             )
     images = sorted(p for p in image_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     masks = {p.stem: p for p in mask_dir.iterdir() if p.suffix.lower() == ".png"}
+    refuse_names_not_utf8(root, images)  # a mask's name is its image's, and .png
     if len(images) < 2:
         raise ConfigError(f"--data_dir: '{image_dir}' needs at least 2 images, found {len(images)}")
     pairs = []

@@ -3,12 +3,14 @@ training, so that a bad file is found in one line rather than in a loader worker
 """
 
 import logging
+import os
 from collections import Counter
 from pathlib import Path
 
 from PIL import Image
 from tqdm import tqdm
 
+from .config import ConfigError
 from .loaders import DataError
 
 # A folder of at most this many images is decoded in full before training (a few seconds a
@@ -29,6 +31,23 @@ def load_image(path: Path | str) -> Image.Image:
             return image
     except DECODE_ERRORS as error:
         raise DataError(f"'{path}' cannot be decoded ({error}): remove or re-save it") from None
+
+
+def refuse_names_not_utf8(root: Path, paths: list[Path]) -> None:
+    """A one-line ConfigError naming the first of `paths` (under `root`) whose name holds
+    bytes that are not UTF-8, shown escaped (\\xe9). Python reads such a name with stand-ins
+    for those bytes that cannot be encoded: class names are saved with the model as JSON, and
+    file names are hashed into the fingerprint and printed."""
+    for path in paths:
+        try:
+            str(path.relative_to(root)).encode("utf-8")
+        except UnicodeEncodeError as error:
+            byte = ord(error.object[error.start]) - 0xDC00  # surrogateescape's stand-in
+            shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+            raise ConfigError(
+                f"--data_dir: '{shown}': its name is not UTF-8 (byte 0x{byte:02x}); rename it: "
+                "class and file names must be UTF-8 text (class names are saved with the model)"
+            ) from None
 
 
 def readable(paths: list[Path], skip: bool) -> list[int]:

@@ -13,26 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 from PIL import Image
 from torch import nn
 
-from .checkpoint import load_weights
-from .config import TrainConfig
 from .data import Preprocess
 from .images import load_image
 from .loaders import DataError
-from .model import build_model
+from .model_folder import ModelFolderError, load_trained
 from .utils.cli import Parser
-
-
-def load_trained(model_dir: str | Path) -> tuple[nn.Module, Preprocess]:
-    """The trained model in eval mode on the CPU, and the preprocessing it was trained with."""
-    model_dir = Path(model_dir)
-    cfg = TrainConfig(**yaml.safe_load((model_dir / "config.yaml").read_text()))
-    preprocess = Preprocess.load(model_dir / "preprocess.json")
-    model = build_model(cfg, preprocess)
-    return load_weights(model, model_dir).eval(), preprocess
 
 
 @torch.inference_mode()
@@ -66,7 +54,10 @@ def main(argv: list[str] | None = None) -> None:
         help="where the masks are written (default: %(default)s)",
     )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    model, preprocess = load_trained(args.model_dir)
+    try:
+        model, preprocess = load_trained(args.model_dir)
+    except ModelFolderError as error:
+        raise SystemExit(f"error: {error}") from None
     args.out.mkdir(parents=True, exist_ok=True)
     for path in args.paths:
         try:

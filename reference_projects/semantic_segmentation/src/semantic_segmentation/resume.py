@@ -18,8 +18,10 @@ from .checkpoint import (
     CheckpointRefused,
     Progress,
     checkpoint_to_resume,
+    list_checkpoints,
 )
 from .config import RESUME_FREE_FIELDS, TrainConfig
+from .utils.records import METRICS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -34,15 +36,24 @@ def resume_point(
     """Where this run starts: the progress, and the checkpoint it continues (path and state;
     None for a new run). A checkpoint of another run is refused here, before anything is
     written; a run given another length stretches its learning-rate decay to the new end."""
-    resume_from = checkpoint_to_resume(cfg.resume, Path(cfg.output_dir) / "checkpoints")
+    output_dir = Path(cfg.output_dir)
+    resume_from = checkpoint_to_resume(cfg.resume, output_dir / "checkpoints")
     if resume_from is None:
+        if cfg.resume == "auto":
+            check_nothing_to_lose(output_dir)
         return Progress(total_steps=total_steps), None, None
     path, state = resume_from
     for note in check_resume(path, state, cfg, data_fingerprint, num_processes):
         log.warning("%s", note)
     progress = resumed_progress(state, cfg, data_fingerprint, num_processes, batches_per_epoch)
     log.info("resuming from %s at step %d", path, progress.step)
-    if progress.total_steps not in (0, total_steps):
+    if progress.step >= total_steps:
+        log.info(
+            "the checkpoint is at or past this run's end (step %d): nothing is left to "
+            "train; its weights are evaluated and saved",
+            total_steps,
+        )
+    elif progress.total_steps not in (0, total_steps):
         log.info(
             "the run now ends at step %d instead of %d: the learning-rate decay is "
             "stretched to the new end from here on",
@@ -51,6 +62,30 @@ def resume_point(
         )
     progress.total_steps = total_steps
     return progress, path, state
+
+
+MODEL_FILE = "model/model.safetensors"
+
+
+def check_nothing_to_lose(output_dir: Path) -> None:
+    """A new run in a folder whose earlier run left records (metrics, a model) but no
+    checkpoint to continue them would replace them: refused, unless `--resume none` asks
+    for it. A run stopped before its first checkpoint left a checkpoints/ folder that never
+    held one: starting over loses nothing of it."""
+    checkpoints, metrics = output_dir / "checkpoints", output_dir / METRICS_FILE
+    records = [
+        path.relative_to(output_dir).as_posix()
+        for path in (metrics, output_dir / "summary.json", output_dir / MODEL_FILE)
+        if path.is_file() and (path != metrics or path.stat().st_size > 0)
+    ]
+    written = list_checkpoints(checkpoints) or (checkpoints / "latest").exists()
+    unfinished = checkpoints.is_dir() and not written
+    if records and not unfinished:
+        raise CheckpointRefused(
+            f"--output_dir '{output_dir}' holds an earlier run ({', '.join(records)}) but no "
+            "checkpoint to continue it from: give this run another --output_dir, or start "
+            "over in this one with --resume none (its records are replaced)"
+        )
 
 
 def check_resume(

@@ -3,7 +3,8 @@
     python -m tabular_regression.train --config configs/quick.yaml --lr 3e-3
 
 Values resolve in order: TrainConfig defaults < `--config FILE` (YAML) < `--field value`.
-A bad field (unknown name, wrong type, out of range) exits with one line naming it.
+A bad field (unknown name, wrong type, out of range) exits with one line naming it; `--help`
+lists the fields with the comments beside them below (utils/cli.py reads them from here).
 """
 
 import dataclasses
@@ -15,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+
+from .utils.cli import config_help, read_mapping
+from .utils.files import atomic_write
 
 
 class ConfigError(ValueError):
@@ -61,13 +65,13 @@ class TrainConfig:
     ema_decay: float = 0.0
     # --- evaluation, logging, checkpoints (intervals in optimizer steps)
     eval_every: int = 0  # 0: at the end of every epoch
-    log_every: int = 20
+    log_every: int = 20  # steps per log line and metrics.jsonl record (mean loss over them)
     checkpoint_every: int = 0  # 0: at the end of every epoch
     keep_checkpoints: int = 2  # newest checkpoints kept, besides the best one
     # Stop after this many evaluations in a row without an improvement of the validation
     # metric by more than early_stopping_min_delta; 0: never stop early
     early_stopping_patience: int = 0
-    early_stopping_min_delta: float = 0.0
+    early_stopping_min_delta: float = 0.0  # in the metric's units; 0: any improvement counts
     # --- debugging
     fast_dev_run: bool = False  # a few steps of everything, afresh in output_dir/fast-dev-run
     overfit_batches: int = 0  # > 0: train on this many batches only, to check the model can fit
@@ -142,9 +146,16 @@ _TRUE = {"true", "yes", "1", "on"}
 _FALSE = {"false", "no", "0", "off"}
 
 
-def load_config(argv: list[str] | None = None) -> TrainConfig:
-    """Parse `[--config FILE] [--field value | --field=value | --flag] ...` into a TrainConfig."""
-    overrides = _parse_argv(list(argv or []))
+def load_config(argv: list[str] | None = None, command: str = "train") -> TrainConfig:
+    """Parse `[--config FILE] [--field value | --field=value | --flag] ...` into a TrainConfig.
+
+    `--help` (or `-h`) prints `command`'s usage and every field, and exits with 0.
+    """
+    argv = list(argv or [])
+    if "--help" in argv or "-h" in argv:
+        print(config_help(command, TrainConfig))
+        raise SystemExit(0)
+    overrides = _parse_argv(argv)
     values: dict[str, typing.Any] = {}
     config_file = overrides.pop("config", None)
     if config_file is not None:
@@ -188,7 +199,9 @@ def apply_fast_dev_run(cfg: TrainConfig) -> TrainConfig:
 
 
 def save_config(cfg: TrainConfig, path: Path) -> None:
-    path.write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+    """Atomically: a full disk raises DiskFull and leaves the old file, never an empty one."""
+    text = yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False)
+    atomic_write(path, lambda file: file.write(text.encode()))
 
 
 def _parse_argv(argv: list[str]) -> dict[str, typing.Any]:
@@ -208,13 +221,9 @@ def _parse_argv(argv: list[str]) -> dict[str, typing.Any]:
 
 def _read_yaml(path: str) -> dict[str, typing.Any]:
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as error:
-        reason = getattr(error, "strerror", None) or type(error).__name__
-        raise ConfigError(f"--config {path}: cannot read it ({reason})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"--config {path}: expected a mapping of field: value")
-    return data
+        return read_mapping(Path(path))
+    except ValueError as error:
+        raise ConfigError(f"--config {path}: {error}") from None
 
 
 def _coerce(name: str, raw: typing.Any, annotation: typing.Any) -> typing.Any:
@@ -235,6 +244,8 @@ def _coerce(name: str, raw: typing.Any, annotation: typing.Any) -> typing.Any:
             allowed = _RULES.get(name, (None, "an integer"))[1]
             raise ConfigError(f"--{name}: got '{raw}', expected {allowed}")
         return int(raw)
+    if kind is str and raw is None:
+        raise ConfigError(f"--{name}: got null, expected text")
     if kind is float:
         try:
             value = float(raw)
@@ -252,5 +263,7 @@ def _validate(cfg: TrainConfig) -> None:
         value = getattr(cfg, name)
         if not test(value):
             raise ConfigError(f"--{name}: got {value!r}, expected {allowed}")
+    if not cfg.output_dir.strip():  # "" would write the run into the current folder
+        raise ConfigError(f"--output_dir: got '{cfg.output_dir}', expected a folder (outputs/run)")
     if cfg.data_dir is not None and not Path(cfg.data_dir).is_dir():
         raise ConfigError(f"--data_dir: '{cfg.data_dir}' is not a directory")

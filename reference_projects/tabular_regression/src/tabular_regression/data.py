@@ -10,8 +10,8 @@ one, `val_fraction` of train.csv is held out. Both go through the same `Preproce
 is saved with the model for inference.
 """
 
-import csv
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -29,6 +29,8 @@ from .loaders import (
     first_batches_only,
     first_validation_batches,
 )
+from .tables import Table, not_a_file, read_csv
+from .utils.files import write_json
 
 # Rows a table needs so that both splits hold a few samples; R^2 needs at least two.
 MIN_ROWS = 10
@@ -65,26 +67,14 @@ class Preprocess:
         return predictions.double().numpy() * self.target_std + self.target_mean
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        # allow_nan=False: Infinity and NaN are not JSON; a statistic that overflowed is a
+        # bug to stop at, never a file that other readers cannot parse.
+        write_json(path, asdict(self), allow_nan=False)  # atomically
 
     @classmethod
     def load(cls, path: Path) -> "Preprocess":
         fields = json.loads(path.read_text())
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
-
-
-@dataclass(frozen=True)
-class Table:
-    """A numeric table as read from a CSV file (or the embedded data)."""
-
-    columns: tuple[str, ...]
-    values: np.ndarray  # (rows, columns) float64
-
-    def column(self, name: str) -> np.ndarray:
-        return self.values[:, self.columns.index(name)]
-
-    def features(self, names: tuple[str, ...]) -> np.ndarray:
-        return self.values[:, [self.columns.index(name) for name in names]]
 
 
 def build_datasets(cfg: TrainConfig) -> Datasets:
@@ -121,75 +111,23 @@ def split(num_rows: int, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(train_idx), np.sort(val_idx)
 
 
-def read_csv(path: Path, source: str = "") -> Table:
-    """A CSV file with a header row and numbers only, or a one-line ConfigError.
-
-    `source` starts each message (the option that named the file, e.g. "--data_dir: ").
-    Non-numeric columns are refused rather than guessed at: encode categories as numbers
-    (one 0/1 column per category) before training, and the same way before prediction.
-    """
-    where = f"{source}'{path}'"
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as file:
-            reader = csv.reader(file)
-            header = next(reader, None)
-            if header is None or not any(name.strip() for name in header):
-                raise ConfigError(
-                    f"{where} is empty; expected a header row naming the columns, then one "
-                    "row of numbers per sample"
-                )
-            columns = tuple(name.strip() for name in header)
-            _check_column_names(columns, where)
-            rows = [_parse_row(row, columns, where, reader.line_num) for row in reader if row]
-    except OSError as error:
-        raise ConfigError(f"{where}: cannot read it ({error.strerror})") from None
-    except (UnicodeDecodeError, csv.Error) as error:
-        raise ConfigError(f"{where} is not a UTF-8 CSV file ({type(error).__name__})") from None
-    values = np.array(rows, dtype=np.float64).reshape(len(rows), len(columns))
-    return Table(columns, values)
-
-
-def _check_column_names(columns: tuple[str, ...], where: str) -> None:
-    for index, name in enumerate(columns):
-        if not name:
-            raise ConfigError(f"{where}: column {index + 1} of the header has no name")
-        if columns.index(name) != index:
-            raise ConfigError(f"{where}: the header names column '{name}' twice")
-
-
-def _parse_row(row: list[str], columns: tuple[str, ...], where: str, line: int) -> list[float]:
-    if len(row) != len(columns):
-        raise ConfigError(
-            f"{where}: line {line} has {len(row)} fields, the header has {len(columns)}"
-        )
-    values = []
-    for name, text in zip(columns, row, strict=True):
-        try:
-            value = float(text)
-        except ValueError:
-            value = None
-        if value is None or not np.isfinite(value):
-            found = f"'{text.strip()}'" if text.strip() else "an empty cell"
-            raise ConfigError(
-                f"{where}: column '{name}' holds {found} on line {line}; every value must be "
-                "a finite number (encode categories as 0/1 columns, fill or drop missing values)"
-            )
-        values.append(value)
-    return values
-
-
 def _diabetes() -> Table:
     # scaled=False: the measurements in their own units (age in years, BMI in kg/m^2...),
     # standardised below like a user's table, instead of sklearn's pre-scaled copy.
     diabetes = load_diabetes(scaled=False)
     values = np.column_stack([diabetes.data, diabetes.target])
-    return Table((*diabetes.feature_names, "target"), values)
+    lines = np.arange(len(values)) + 1
+    return Table((*diabetes.feature_names, "target"), values, lines, "the embedded data")
 
 
 def _user_tables(cfg: TrainConfig) -> tuple[Table, Table, bytes]:
     """train.csv and val.csv of --data_dir, or train.csv split; checked for training."""
     folder = Path(cfg.data_dir)
     train_path, val_path = folder / "train.csv", folder / "val.csv"
+    for path in (train_path, val_path):
+        problem = not_a_file(path)
+        if problem:
+            raise ConfigError(f"--data_dir: '{path}' {problem}; {path.name} must be a CSV file")
     if not train_path.is_file():
         held = ", ".join(sorted(path.name for path in folder.iterdir())) or "nothing"
         raise ConfigError(f"--data_dir: '{folder}' holds no train.csv (it holds: {held})")
@@ -219,7 +157,7 @@ def _user_tables(cfg: TrainConfig) -> tuple[Table, Table, bytes]:
             f"--data_dir: '{folder}': train.csv and val.csv need at least 2 data rows each"
         )
     # Columns are found by name, so val.csv may order them differently.
-    val = Table(table.columns, val.features(table.columns))
+    val = Table(table.columns, val.features(table.columns), val.lines, val.source)
     return table, val, _table_bytes(table) + _table_bytes(val)
 
 
@@ -227,8 +165,8 @@ def _split(table: Table, val_fraction: float) -> tuple[Table, Table, bytes]:
     """The training and validation rows of one table, and what the data fingerprint hashes:
     the table and which rows went to which split."""
     train_idx, val_idx = split(len(table.values), val_fraction)
-    train, val = (Table(table.columns, table.values[idx]) for idx in (train_idx, val_idx))
-    return train, val, _table_bytes(table) + train_idx.tobytes() + val_idx.tobytes()
+    data = _table_bytes(table) + train_idx.tobytes() + val_idx.tobytes()
+    return table.rows(train_idx), table.rows(val_idx), data
 
 
 def _table_bytes(table: Table) -> bytes:
@@ -238,7 +176,22 @@ def _table_bytes(table: Table) -> bytes:
 def _standardised(cfg: TrainConfig, train: Table, val: Table, data: bytes) -> Datasets:
     names = tuple(name for name in train.columns if name != cfg.target_column)
     features, target = train.features(names), train.column(cfg.target_column)
-    if target.std() == 0:
+    # Overflow is refused by _check_standardised in a line naming the value, not warned about.
+    with np.errstate(all="ignore"):
+        # A constant feature keeps a std of 1: it becomes 0 after centring, never divides by 0.
+        feature_std, target_std = features.std(axis=0), float(target.std())
+        preprocess = Preprocess(
+            feature_names=names,
+            feature_mean=tuple(features.mean(axis=0).tolist()),
+            feature_std=tuple(np.where(feature_std > 0, feature_std, 1.0).tolist()),
+            target_column=cfg.target_column,
+            target_mean=float(target.mean()),
+            target_std=target_std,
+        )
+        train_data = TensorData(preprocess(features), preprocess.to_model_units(target))
+        val_features, val_target = val.features(names), val.column(cfg.target_column)
+        val_data = TensorData(preprocess(val_features), preprocess.to_model_units(val_target))
+    if target_std == 0:
         source = (
             "the embedded data" if cfg.data_dir is None else f"'{Path(cfg.data_dir, 'train.csv')}'"
         )
@@ -246,19 +199,7 @@ def _standardised(cfg: TrainConfig, train: Table, val: Table, data: bytes) -> Da
             f"--target_column: '{cfg.target_column}' of {source} is constant in the training "
             "split; there is nothing to learn"
         )
-    # A constant feature keeps a std of 1: it becomes 0 after centring, and never divides by 0.
-    feature_std = features.std(axis=0)
-    preprocess = Preprocess(
-        feature_names=names,
-        feature_mean=tuple(features.mean(axis=0).tolist()),
-        feature_std=tuple(np.where(feature_std > 0, feature_std, 1.0).tolist()),
-        target_column=cfg.target_column,
-        target_mean=float(target.mean()),
-        target_std=float(target.std()),
-    )
-    train_data = TensorData(preprocess(features), preprocess.to_model_units(target))
-    val_features, val_target = val.features(names), val.column(cfg.target_column)
-    val_data = TensorData(preprocess(val_features), preprocess.to_model_units(val_target))
+    _check_standardised(preprocess, (train, train_data), (val, val_data))
     return Datasets(
         train=train_data,
         val=val_data,
@@ -267,6 +208,38 @@ def _standardised(cfg: TrainConfig, train: Table, val: Table, data: bytes) -> Da
         val_targets=val_data.targets,
         fingerprint=fingerprint(data, np.arange(len(train_data)), np.arange(len(val_data))),
     )
+
+
+def _check_standardised(preprocess: Preprocess, *splits: tuple[Table, TensorData]) -> None:
+    """A one-line ConfigError naming a value that standardisation cannot represent: one that
+    makes its column's mean or standard deviation overflow float64 (the column is zeroed
+    otherwise), or one too many standard deviations from the mean for float32."""
+    names = (*preprocess.feature_names, preprocess.target_column)
+    means = (*preprocess.feature_mean, preprocess.target_mean)
+    stds = (*preprocess.feature_std, preprocess.target_std)
+    train = splits[0][0]
+    for name, mean, std in zip(names, means, stds, strict=True):
+        if not (math.isfinite(mean) and math.isfinite(std)):
+            values = train.column(name)
+            row = int(np.argmax(np.abs(values)))
+            raise ConfigError(
+                f"--data_dir: {train.source}: column '{name}' holds {values[row]:g} on line "
+                f"{train.lines[row]}, too large to standardise with the column's other values "
+                "(its standard deviation overflows float64); rescale the column (other units "
+                "or a logarithm) so that its values differ by less than about 1e150"
+            )
+    for table, data in splits:
+        finite = torch.isfinite(torch.column_stack([data.inputs, data.targets]))
+        if not finite.all():
+            row, column = (int(index) for index in (~finite).nonzero()[0])
+            value = table.column(names[column])[row]
+            deviations = abs(value - means[column]) / stds[column]
+            raise ConfigError(
+                f"--data_dir: {table.source}: column '{names[column]}' holds {value:g} on line "
+                f"{table.lines[row]}, {deviations:.3g} standard deviations from the training "
+                "split's mean: standardised, it exceeds float32's range (3.4e38); rescale the "
+                "column or drop the row"
+            )
 
 
 if __name__ == "__main__":  # the data command: see describe.py

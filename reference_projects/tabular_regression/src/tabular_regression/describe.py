@@ -20,7 +20,7 @@ from .utils.monitor import configure_logging
 def main(argv: list[str] | None = None) -> None:
     configure_logging(logging.INFO)
     try:
-        cfg = load_config(sys.argv[1:] if argv is None else argv)
+        cfg = load_config(sys.argv[1:] if argv is None else argv, command="data")
         datasets = data.build_datasets(cfg)
     except (ConfigError, DataError) as error:
         raise SystemExit(f"error: {error}") from None

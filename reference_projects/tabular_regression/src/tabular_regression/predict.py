@@ -13,23 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 from torch import nn
 
-from .checkpoint import load_weights
-from .config import ConfigError, TrainConfig
+from .config import ConfigError
 from .data import Preprocess, read_csv
-from .model import build_model
+from .model_folder import ModelFolderError, load_trained
 from .utils.cli import Parser
-
-
-def load_trained(model_dir: str | Path) -> tuple[nn.Module, Preprocess]:
-    """The trained model in eval mode on the CPU, and the preprocessing it was trained with."""
-    model_dir = Path(model_dir)
-    cfg = TrainConfig(**yaml.safe_load((model_dir / "config.yaml").read_text()))
-    preprocess = Preprocess.load(model_dir / "preprocess.json")
-    model = build_model(cfg, preprocess)
-    return load_weights(model, model_dir).eval(), preprocess
 
 
 @torch.inference_mode()
@@ -63,10 +52,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("model_dir", metavar="MODEL_DIR", help="a training run's model/ folder")
     parser.add_argument("path", metavar="FILE.csv", help="rows with the training features")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    model, preprocess = load_trained(args.model_dir)
     try:
+        model, preprocess = load_trained(args.model_dir)
         features = read_features(args.path, preprocess)
-    except ConfigError as error:
+    except (ModelFolderError, ConfigError) as error:
         raise SystemExit(f"error: {error}") from None
     for value in predict(model, preprocess, features):
         print(f"{value:.6g}")

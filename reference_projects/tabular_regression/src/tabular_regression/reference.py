@@ -15,13 +15,12 @@ import sys
 from pathlib import Path
 
 import torch
-import yaml
 from sklearn.linear_model import LinearRegression
 
 from .config import ConfigError, TrainConfig, load_config
 from .data import build_datasets
 from .loaders import Datasets
-from .predict import load_trained
+from .model_folder import ModelFolderError, check_model_folder, load_trained, read_config
 
 
 def linear_regression_r2(cfg: TrainConfig) -> float:
@@ -60,23 +59,27 @@ def score(predictions: torch.Tensor, datasets: Datasets) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     args = list(sys.argv[1:] if argv is None else argv)
-    model_dir = Path(args.pop(0)) if args and not args[0].startswith("--") else None
+    model_dir = Path(args.pop(0)) if args and not args[0].startswith("-") else None
     try:
         if model_dir is not None:
             if args:
                 raise ConfigError("with MODEL_DIR, the data comes from its config.yaml alone")
-            cfg = TrainConfig(**yaml.safe_load((model_dir / "config.yaml").read_text()))
+            check_model_folder(model_dir)
+            cfg = read_config(model_dir)
         else:
-            cfg = load_config(args)
+            cfg = load_config(args, command="reference")
         datasets = build_datasets(cfg)
-    except (ConfigError, OSError) as error:
+    except (ConfigError, ModelFolderError, OSError) as error:
         raise SystemExit(f"error: {error}") from None
     results = {
         "mean predictor": mean_predictor(datasets),
         "linear regression": linear_regression(datasets),
     }
     if model_dir is not None:
-        results[f"model {model_dir}"] = trained_model(model_dir, datasets)
+        try:
+            results[f"model {model_dir}"] = trained_model(model_dir, datasets)
+        except ModelFolderError as error:
+            raise SystemExit(f"error: {error}") from None
     data = "the embedded diabetes data" if cfg.data_dir is None else f"'{cfg.data_dir}'"
     rows = f"{len(datasets.val)} rows, {len(datasets.train)} for training"
     print(f"validation rows of {data}: {rows}")

@@ -35,6 +35,7 @@ from .loaders import (
 )
 from .reviews import generate_reviews
 from .text_files import read_examples, split_files
+from .utils.files import write_json
 
 log = logging.getLogger(__package__)
 
@@ -86,7 +87,8 @@ class Preprocess:
         return len(self.vocabulary)
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        # allow_nan=False: strict JSON, never Infinity or NaN, which other readers refuse.
+        write_json(path, asdict(self), allow_nan=False)  # atomically
 
     @classmethod
     def load(cls, path: Path):

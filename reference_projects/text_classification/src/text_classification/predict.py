@@ -13,26 +13,14 @@ import sys
 from pathlib import Path
 
 import torch
-import yaml
 from torch import nn
 
-from .checkpoint import load_weights
-from .config import TrainConfig
 from .data import Preprocess, pad_batch
-from .model import build_model
+from .model_folder import ModelFolderError, load_trained
 from .utils.cli import Parser
 
 log = logging.getLogger(__package__)
 BATCH_SIZE = 256  # texts per forward pass: bounds memory for a long file
-
-
-def load_trained(model_dir: str | Path) -> tuple[nn.Module, Preprocess]:
-    """The trained model in eval mode on the CPU, and the preprocessing it was trained with."""
-    model_dir = Path(model_dir)
-    cfg = TrainConfig(**yaml.safe_load((model_dir / "config.yaml").read_text()))
-    preprocess = Preprocess.load(model_dir / "preprocess.json")
-    model = build_model(cfg, preprocess)
-    return load_weights(model, model_dir).eval(), preprocess
 
 
 @torch.inference_mode()
@@ -72,7 +60,10 @@ def main(argv: list[str] | None = None) -> None:
         texts = args.texts
     if not texts or not all(text.strip() for text in texts):
         raise SystemExit("error: every text must have at least one non-space character")
-    model, preprocess = load_trained(args.model_dir)
+    try:
+        model, preprocess = load_trained(args.model_dir)
+    except ModelFolderError as error:
+        raise SystemExit(f"error: {error}") from None
     for text, label in zip(texts, predict(model, preprocess, texts), strict=True):
         print(f"{label}\t{text}")
 

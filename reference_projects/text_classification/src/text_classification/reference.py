@@ -36,7 +36,7 @@ def bag_of_words_accuracy(datasets: Datasets, ngrams: int = 1) -> float:
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     try:
-        cfg = load_config(sys.argv[1:] if argv is None else argv)
+        cfg = load_config(sys.argv[1:] if argv is None else argv, command="reference")
         datasets = build_datasets(cfg)
         results = {
             "majority_class": task.baseline(datasets.train_targets, datasets.val_targets),

@@ -4,6 +4,7 @@ read and checked line by line. Bad input is a ConfigError naming the file and th
 import csv
 import io
 import json
+import os
 from pathlib import Path
 
 from .config import ConfigError, TrainConfig
@@ -12,6 +13,13 @@ from .config import ConfigError, TrainConfig
 def split_files(folder: Path, split: str = "train", required: bool = False) -> Path | None:
     """`folder`'s `split`.csv or `split`.jsonl; None when neither exists and not `required`."""
     candidates = (folder / f"{split}.csv", folder / f"{split}.jsonl")
+    for path in candidates:
+        problem = _not_a_file(path)
+        if problem:
+            raise ConfigError(
+                f"--data_dir: '{path}' {problem}; {split}.csv or {split}.jsonl must be a file "
+                "of examples"
+            )
     found = [path for path in candidates if path.is_file()]
     if len(found) > 1:
         raise ConfigError(
@@ -23,6 +31,18 @@ def split_files(folder: Path, split: str = "train", required: bool = False) -> P
             f"--data_dir: '{folder}' holds no {split}.csv or {split}.jsonl (it holds: {held})"
         )
     return found[0] if found else None
+
+
+def _not_a_file(path: Path) -> str | None:
+    """What `path` is instead of a file, as a message says it; None for a file (or a link to
+    one) and for nothing at all, which the caller reports as missing."""
+    if path.is_file() or not os.path.lexists(path):
+        return None
+    if path.is_dir():
+        return "is a folder, not a file"
+    if path.is_symlink():
+        return "is a symbolic link that leads to no file (a loop, or its target is missing)"
+    return "is not a regular file"
 
 
 def read_examples(path: Path, cfg: TrainConfig) -> list[tuple[int, str, str]]:
@@ -96,4 +116,13 @@ def _read_jsonl(content: str, where: str, text_field: str, label_field: str):
             raise ConfigError(f"{where} line {line}: '{text_field}' is not a string")
         if isinstance(label, bool) or not isinstance(label, str | int):
             raise ConfigError(f"{where} line {line}: '{label_field}' is not a string or integer")
+        for name, value in ((text_field, text), (label_field, str(label))):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as error:  # JSON escapes half a surrogate pair: \ud800
+                raise ConfigError(
+                    f"{where} line {line}: '{name}' holds \\u{ord(value[error.start]):04x}, half "
+                    "of a UTF-16 surrogate pair, which is not text: escape the whole pair, or "
+                    "write the character itself"
+                ) from None
         yield line, text, str(label)

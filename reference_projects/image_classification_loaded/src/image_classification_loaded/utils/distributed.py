@@ -89,8 +89,8 @@ class GlobalLogWindow(LogWindow):
 
     def pending_losses(self) -> list[float]:
         if self.steps > self.averaged:
-            fresh = self.losses[self.averaged : self.steps]
-            self.losses[self.averaged : self.steps] = self.accelerator.reduce(fresh, "mean")
+            fresh = torch.stack(self.losses[self.averaged :])
+            self.losses[self.averaged :] = self.accelerator.reduce(fresh, "mean").unbind()
             self.averaged = self.steps
         return super().pending_losses()
 
@@ -114,6 +114,7 @@ class SharedPreemption(Preemption):
 
     def _request(self, signum: int, frame: object) -> None:
         self.signalled = signum
+        self.second_ctrl_c_stops_at_once(signum)
         if self.accelerator.num_processes == 1:  # alone, it stops after the current step
             self.requested = signum
 

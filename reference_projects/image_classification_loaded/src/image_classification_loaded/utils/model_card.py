@@ -87,7 +87,7 @@ def _results(summary: dict[str, Any]) -> str:
     better = "higher" if summary["higher_is_better"] else "lower"
     rows = [
         (f"validation {summary['metric']}", f"**{summary['value']:.4f}** ({better} is better)"),
-        ("best evaluation", f"{summary['best_value']:.4f} at step {summary['best_step']}"),
+        ("best evaluation", _best(summary)),
         ("trivial baseline", f"{summary['baseline_value']:.4f}: {baseline_summary()}"),
         ("training", f"{summary['steps']} steps, {summary['epochs']:.2f} epochs"),
         ("stopped early", "yes" if summary.get("stopped_early") else "no"),
@@ -96,6 +96,12 @@ def _results(summary: dict[str, Any]) -> str:
     if summary["samples_per_s"]:  # None for a run of one step, whose first step is not timed
         rows.append(("throughput", f"{summary['samples_per_s']:,.0f} samples/s"))
     return "## Results\n\n" + _table(("", ""), rows)
+
+
+def _best(summary: dict[str, Any]) -> str:
+    if summary["best_value"] is None:  # resumed past its end before any evaluation
+        return "none: the run ended before its first evaluation during training"
+    return f"{summary['best_value']:.4f} at step {summary['best_step']}"
 
 
 def _configuration(config: dict[str, Any]) -> str:

@@ -112,7 +112,7 @@ def start_log_window(
     """The window of the steps since the last log step, with a resumed run's losses."""
     first_step = progress.step - len(progress.window_losses)
     return GlobalLogWindow(
-        accelerator, cfg.log_every, accelerator.device, first_step, progress.window_losses, clock
+        accelerator, accelerator.device, first_step, progress.window_losses, clock
     )
 
 

@@ -66,9 +66,11 @@ class Throughput:
         self.end = 0.0
         self.samples = 0
 
-    def first_step_done(self, samples_in_it: int) -> None:
-        self.start = self.clock.now()
-        self.samples = -samples_in_it  # the first log record counts them; they are not timed
+    def step_done(self, samples_so_far: int) -> None:
+        """The first step (compilation, warm-up) is not timed: timing starts after it."""
+        if self.start is None:
+            self.start = self.clock.now()
+            self.samples = -samples_so_far  # the first log record counts them, untimed
 
     def logged(self, samples: int) -> None:
         self.samples += samples
@@ -83,41 +85,45 @@ class LogWindow:
     """The steps between two log steps: their losses stay on the device until close().
 
     Turning a loss into a Python float waits for the device to finish; doing it once per
-    log interval instead of once per step keeps the GPU busy.
+    log interval instead of once per step keeps the GPU busy. The window holds one loss
+    tensor per step, as many as have run: its size never depends on log_every, which a
+    resumed run may change.
     """
 
     def __init__(
-        self,
-        size: int,
-        device: torch.device,
-        first_step: int,
-        losses: list[float],
-        clock: TrainingClock,
+        self, device: torch.device, first_step: int, losses: list[float], clock: TrainingClock
     ):
-        self.losses = torch.zeros(size, device=device)
-        self.losses[: len(losses)] = torch.tensor(losses)
+        self.device = device
         self.first_step = first_step  # the window holds steps first_step + 1, first_step + 2, ...
-        self.steps = len(losses)
+        self.losses = [torch.tensor(loss, device=device) for loss in losses]
+        self.step_loss: torch.Tensor | None = None  # the step in progress, over its micro-batches
         self.samples, self.data_s = 0, 0.0
         self.clock = clock
         self.started = clock.now()
 
+    @property
+    def steps(self) -> int:
+        return len(self.losses)
+
     def restart(self, first_step: int) -> None:
         """Empty the window for the steps after `first_step`, once it is closed."""
-        self.losses.zero_()
-        self.first_step, self.steps = first_step, 0
+        self.losses = []
+        self.first_step = first_step
         self.samples, self.data_s = 0, 0.0
         self.started = self.clock.now()
 
     def add_loss(self, loss: torch.Tensor) -> None:
-        self.losses[self.steps].add_(loss)
+        """One micro-batch's loss, already scaled by its share of the step."""
+        loss = loss.float()
+        self.step_loss = loss if self.step_loss is None else self.step_loss + loss
 
     def end_step(self) -> None:
-        self.steps += 1
+        self.losses.append(self.step_loss)
+        self.step_loss = None
 
     def pending_losses(self) -> list[float]:
         """The window's losses as floats, after checking them; saved with a checkpoint."""
-        losses = self.losses[: self.steps].tolist()
+        losses = torch.stack(self.losses).tolist() if self.losses else []
         self._check_finite(losses)
         return losses
 
@@ -151,15 +157,16 @@ class LogWindow:
 
 
 class Preemption:
-    """SIGTERM or SIGUSR1 (a scheduler preempting the job) asks the loop to stop cleanly.
-
-    The loop finishes its step, writes a checkpoint and exits with EXIT_CODE; running the
-    same command again resumes from that checkpoint.
+    """SIGTERM or SIGUSR1 (a scheduler preempting the job), or Ctrl-C, asks the loop to stop
+    cleanly: it finishes its step, writes a checkpoint and exits, with EXIT_CODE after a
+    scheduler's signal and INTERRUPTED after Ctrl-C. Running the same command again resumes
+    from that checkpoint. A second Ctrl-C stops at once (KeyboardInterrupt).
     """
 
     EXIT_CODE = 75  # EX_TEMPFAIL: a temporary failure, run me again
+    INTERRUPTED = 128 + signal.SIGINT  # as a shell reports a command stopped by Ctrl-C
     SIGNALS = tuple(
-        getattr(signal, name) for name in ("SIGTERM", "SIGUSR1") if hasattr(signal, name)
+        getattr(signal, name) for name in ("SIGTERM", "SIGUSR1", "SIGINT") if hasattr(signal, name)
     )
 
     def __init__(self) -> None:
@@ -177,10 +184,36 @@ class Preemption:
 
     def _request(self, signum: int, frame: object) -> None:
         self.requested = signum
+        self.second_ctrl_c_stops_at_once(signum)
+
+    @staticmethod
+    def second_ctrl_c_stops_at_once(signum: int) -> None:
+        if signum == signal.SIGINT:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class Preempted(Exception):
-    """Raised after the preemption checkpoint is written."""
+    """Raised after the checkpoint of the step the loop stopped at is written."""
+
+    def __init__(self, signum: int, step: int):
+        if signum == signal.SIGINT:
+            said, self.exit_code = "interrupted (Ctrl-C)", Preemption.INTERRUPTED
+        else:
+            said, self.exit_code = f"stopped by signal {signum}", Preemption.EXIT_CODE
+        super().__init__(
+            f"{said} after step {step}, which is checkpointed: run the same command again to resume"
+        )
+
+
+def stopped_at_once() -> SystemExit:
+    """The exit of a run stopped by a second Ctrl-C (or one outside the loop): one line, and
+    Ctrl-C's exit code."""
+    print(
+        "interrupted: stopped at once, without a checkpoint of this step; run the same "
+        "command again to resume from the last one",
+        file=sys.stderr,
+    )
+    return SystemExit(Preemption.INTERRUPTED)
 
 
 class ProgressReport:

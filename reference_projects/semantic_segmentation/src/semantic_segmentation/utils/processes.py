@@ -48,7 +48,7 @@ def start_log_window(
 ) -> LogWindow:
     """The window of the steps since the last log step, with a resumed run's losses."""
     first_step = progress.step - len(progress.window_losses)
-    return LogWindow(cfg.log_every, accelerator.device, first_step, progress.window_losses, clock)
+    return LogWindow(accelerator.device, first_step, progress.window_losses, clock)
 
 
 def progress_report(accelerator: Accelerator, progress: Progress) -> ProgressReport:

@@ -23,6 +23,8 @@ from ..checkpoint import save_weights
 from ..config import ConfigError, TrainConfig, save_config
 from ..loaders import Datasets
 from .curves import plot_curves
+from .files import NO_SPACE, DiskFull, write_json
+from .folder_lock import claim_run_folder
 from .model_card import write_model_card
 
 # Whose versions run.json records: what computes, stores and exports a result.
@@ -38,6 +40,8 @@ LIBRARIES = (
 
 
 METRICS_FILE = "metrics.jsonl"
+# The package's own folder: run.json records the commit of the repository that holds it.
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
 class MetricsLog:
@@ -55,8 +59,16 @@ class MetricsLog:
         self.file = path.open("a")
 
     def write(self, record: dict[str, Any]) -> None:
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
+        try:
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
+        except OSError as error:
+            if error.errno not in NO_SPACE:
+                raise
+            raise DiskFull(
+                f"no space left writing '{self.file.name}' ({error.strerror}): free space and "
+                "run the same command again"
+            ) from error
 
     def close(self) -> None:
         self.file.close()
@@ -83,13 +95,45 @@ def _step_of(line: str) -> float:
         return math.inf
 
 
+# What a run writes in output_dir, folder (True) or file: one of the other kind in the way
+# would fail the run at its first checkpoint or at its end, so it is refused before step 1.
+OUTPUTS = {
+    "checkpoints": True,
+    "config.yaml": False,
+    "run.json": False,
+    METRICS_FILE: False,
+    "summary.json": False,
+    "curves.png": False,
+    "model": True,
+    "model/model.safetensors": False,
+    "model/preprocess.json": False,
+    "model/config.yaml": False,
+    "model/README.md": False,
+}
+
+
 def start_run_folder(cfg: TrainConfig, datasets: Datasets, accelerator: Accelerator) -> None:
-    """config.yaml and run.json; an output_dir that is not writable fails here, before
-    training, not at the first checkpoint."""
+    """The run's claim on the folder, config.yaml and run.json. An output_dir that another
+    run holds, that is not writable, or where a file or folder is in the way of an output
+    fails here, before training, not at the first checkpoint or at the end."""
     output_dir = Path(cfg.output_dir)
+    for name, is_folder in OUTPUTS.items():
+        path = output_dir / name
+        if path.exists() and path.is_dir() != is_folder:
+            kind, wanted = ("a folder", "file") if path.is_dir() else ("a file", "folder")
+            raise ConfigError(
+                f"--output_dir: '{path}' is {kind}, where the run writes its {name} {wanted}: "
+                "move it away, or give the run another --output_dir"
+            )
     reason = unwritable_reason(output_dir)
     if reason:
         raise ConfigError(f"--output_dir: cannot write to '{output_dir}' ({reason})")
+    claim_run_folder(output_dir)
+    # Created now: a folder whose run stopped before its first checkpoint (resume.py) starts over
+    checkpoints = output_dir / "checkpoints"
+    reason = unwritable_reason(checkpoints)
+    if reason:
+        raise ConfigError(f"--output_dir: cannot write to '{checkpoints}' ({reason})")
     save_config(cfg, output_dir / "config.yaml")
     info = run_info(cfg, datasets.fingerprint, accelerator.num_processes, accelerator.device)
     info |= {"train_samples": len(datasets.train), "val_samples": len(datasets.val)}
@@ -111,10 +155,6 @@ def finish_run_folder(
     write_model_card(output_dir)  # from the files above
 
 
-def write_json(path: Path, content: dict[str, Any]) -> None:
-    path.write_text(json.dumps(content, indent=2) + "\n")
-
-
 def unwritable_reason(directory: Path) -> str | None:
     """Create `directory` and write a probe file there: why that failed, or None if it worked.
 
@@ -134,7 +174,7 @@ def run_info(
     config: Any, data_fingerprint: str, world_size: int, device: torch.device
 ) -> dict[str, Any]:
     """Everything needed to tell later what produced a result."""
-    commit, dirty = _git_state()
+    commit, dirty = git_state(PACKAGE_DIR, Path(config.output_dir))
     resolved = asdict(config)
     return {
         "seed": config.seed,
@@ -205,19 +245,27 @@ def _versions(names: tuple[str, ...]) -> dict[str, str | None]:
     return versions
 
 
-def _git_state() -> tuple[str | None, bool | None]:
-    """The commit of the code being run and whether it has uncommitted changes."""
+def git_state(code: Path, output_dir: Path) -> tuple[str | None, bool | None]:
+    """The commit of the repository that holds `code`, and whether the files differ from it:
+    changed files and untracked ones (a new module the run imports) count, except those under
+    the run's own output_dir and those .gitignore ignores. (None, None) outside a repository.
+
+    Git runs in `code`'s folder, not the current one, which may be another repository."""
+
+    def git(*args: str) -> str:
+        command = ["git", "-C", str(code), *args]
+        run = subprocess.run(command, capture_output=True, text=True, check=True, timeout=10)
+        return run.stdout
+
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=5
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=5,
-        ).stdout
+        top = Path(git("rev-parse", "--show-toplevel").strip()).resolve()
+        commit = git("rev-parse", "HEAD").strip()
+        outputs = output_dir.resolve()
+        # :(top) is the whole repository, wherever `code` sits in it.
+        pathspec = [":(top)"]
+        if outputs.is_relative_to(top) and outputs != top:
+            pathspec.append(f":(top,exclude,literal){outputs.relative_to(top)}")
+        status = git("status", "--porcelain", "--untracked-files=normal", "--", *pathspec)
     except (OSError, subprocess.SubprocessError):
         return None, None
     return commit, bool(status.strip())
