@@ -20,7 +20,11 @@ from image_classification.checkpoint import (
     list_checkpoints,
     load_checkpoint,
 )
-from image_classification.loaders import SHUFFLE, SHUFFLE_BEFORE_FORMAT_5, EpochBatchSampler
+from image_classification.loaders import (
+    SHUFFLE,
+    SHUFFLE_BEFORE_FORMAT_5,
+    EpochBatchSampler,
+)
 from image_classification.train import main
 from image_classification.utils import records
 from image_classification.utils.files import atomic_write

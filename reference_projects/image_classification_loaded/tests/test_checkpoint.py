@@ -20,7 +20,11 @@ from image_classification_loaded.checkpoint import (
     list_checkpoints,
     load_checkpoint,
 )
-from image_classification_loaded.loaders import SHUFFLE, SHUFFLE_BEFORE_FORMAT_5, EpochBatchSampler
+from image_classification_loaded.loaders import (
+    SHUFFLE,
+    SHUFFLE_BEFORE_FORMAT_5,
+    EpochBatchSampler,
+)
 from image_classification_loaded.train import main
 from image_classification_loaded.utils import records
 from image_classification_loaded.utils.files import atomic_write

@@ -20,7 +20,11 @@ from language_modeling.checkpoint import (
     list_checkpoints,
     load_checkpoint,
 )
-from language_modeling.loaders import SHUFFLE, SHUFFLE_BEFORE_FORMAT_5, EpochBatchSampler
+from language_modeling.loaders import (
+    SHUFFLE,
+    SHUFFLE_BEFORE_FORMAT_5,
+    EpochBatchSampler,
+)
 from language_modeling.train import main
 from language_modeling.utils import records
 from language_modeling.utils.files import atomic_write

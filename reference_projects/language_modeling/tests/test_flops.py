@@ -39,7 +39,7 @@ def test_a_token_costs_six_flops_a_weight_and_the_attention_over_the_context():
         ("", None),  # the CPU
     ],
 )
-def test_the_peak_is_the_listed_gpus_dense_bf16_rate(name, tflops):
+def test_the_peak_is_the_listed_gpus_dense_16_bit_rate(name, tflops):
     assert flops.peak_flops(name) == (tflops and tflops * 1e12)
 
 

@@ -20,7 +20,11 @@ from semantic_segmentation.checkpoint import (
     list_checkpoints,
     load_checkpoint,
 )
-from semantic_segmentation.loaders import SHUFFLE, SHUFFLE_BEFORE_FORMAT_5, EpochBatchSampler
+from semantic_segmentation.loaders import (
+    SHUFFLE,
+    SHUFFLE_BEFORE_FORMAT_5,
+    EpochBatchSampler,
+)
 from semantic_segmentation.train import main
 from semantic_segmentation.utils import records
 from semantic_segmentation.utils.files import atomic_write

@@ -20,7 +20,11 @@ from tabular_regression.checkpoint import (
     list_checkpoints,
     load_checkpoint,
 )
-from tabular_regression.loaders import SHUFFLE, SHUFFLE_BEFORE_FORMAT_5, EpochBatchSampler
+from tabular_regression.loaders import (
+    SHUFFLE,
+    SHUFFLE_BEFORE_FORMAT_5,
+    EpochBatchSampler,
+)
 from tabular_regression.train import main
 from tabular_regression.utils import records
 from tabular_regression.utils.files import atomic_write

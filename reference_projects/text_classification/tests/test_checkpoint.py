@@ -20,7 +20,11 @@ from text_classification.checkpoint import (
     list_checkpoints,
     load_checkpoint,
 )
-from text_classification.loaders import SHUFFLE, SHUFFLE_BEFORE_FORMAT_5, EpochBatchSampler
+from text_classification.loaders import (
+    SHUFFLE,
+    SHUFFLE_BEFORE_FORMAT_5,
+    EpochBatchSampler,
+)
 from text_classification.train import main
 from text_classification.utils import records
 from text_classification.utils.files import atomic_write

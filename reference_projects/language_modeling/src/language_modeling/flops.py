@@ -4,15 +4,15 @@ arithmetic, the figure nanoGPT, PaLM and torchtitan report to compare trainers a
 A token costs 6 FLOPs per parameter (2 forward, 4 backward: one multiply-add each way per
 weight, the backward pass twice over) plus the attention scores and their weighted sum,
 12 x layers x width x context; the parameters exclude the position embeddings, which are
-looked up rather than multiplied. The peak is the GPU's dense bf16 rate from its data
-sheet; a GPU not listed has no MFU rather than a guess.
+looked up rather than multiplied. The peak is the GPU's dense 16-bit rate from its data
+sheet (bfloat16 and float16 share it); a GPU not listed has no MFU rather than a guess.
 """
 
 from torch import nn
 
-# Dense (not 2:4 sparse) bf16 tensor-core peak in TFLOP/s, by a name torch reports for it.
+# Dense (not 2:4 sparse) 16-bit tensor-core peak in TFLOP/s, by a name torch reports for it.
 # The first name found in torch.cuda.get_device_name() wins: longer names come first.
-PEAK_BF16_TFLOPS = {
+PEAK_16BIT_TFLOPS = {
     "GB200": 2500.0,
     "B200": 2250.0,
     "H100 PCIe": 756.0,
@@ -30,8 +30,8 @@ PEAK_BF16_TFLOPS = {
 
 
 def peak_flops(device_name: str) -> float | None:
-    """The GPU's dense bf16 peak in FLOP/s, or None for a CPU or a GPU not in the table."""
-    for name, tflops in PEAK_BF16_TFLOPS.items():
+    """The GPU's dense 16-bit peak in FLOP/s, or None for a CPU or a GPU not in the table."""
+    for name, tflops in PEAK_16BIT_TFLOPS.items():
         if name in device_name:
             return tflops * 1e12
     return None
