@@ -128,7 +128,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         open_metrics_log(accelerator, output_dir, progress) as metrics_log,
         progress_report(accelerator, progress) as report,
         start_profiler(accelerator, cfg, output_dir) as profiler,
-        preemption(accelerator) as stop,
+        preemption(accelerator, train_step) as stop,
     ):
         clock = TrainingClock(device)  # after the tracker's start; stops for eval and checkpoints
         throughput = Throughput(clock)

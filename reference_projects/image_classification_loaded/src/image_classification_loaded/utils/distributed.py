@@ -10,6 +10,7 @@ or the others wait until `dist_timeout_s` runs out and the run fails.
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -107,10 +108,16 @@ class SharedPreemption(Preemption):
     so that that many steps take well under the scheduler's warning time.
     """
 
-    def __init__(self, accelerator: Accelerator):
+    def __init__(self, accelerator: Accelerator, on_stop: Callable[[], None]):
         super().__init__()
         self.accelerator = accelerator
         self.signalled = 0  # the signal this process received, if any
+        self.on_stop = on_stop  # once the loop has stopped on a signal, and checkpointed
+
+    def __exit__(self, *exc_info: object) -> None:
+        super().__exit__(*exc_info)
+        if self.requested:
+            self.on_stop()
 
     def _request(self, signum: int, frame: object) -> None:
         self.signalled = signum

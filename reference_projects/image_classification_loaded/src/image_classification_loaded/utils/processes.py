@@ -129,5 +129,8 @@ def start_profiler(
     return build_profiler(cfg.profile and accelerator.is_main_process, output_dir / "profile")
 
 
-def preemption(accelerator: Accelerator) -> SharedPreemption:
-    return SharedPreemption(accelerator)
+def preemption(accelerator: Accelerator, train_step: TrainStep) -> SharedPreemption:
+    """The loop's stop on a signal. A stopped run closes its process group before it exits:
+    one left to the interpreter's exit can abort a process (SIGABRT), and a SLURM job would
+    see 134 instead of 75, and not be requeued."""
+    return SharedPreemption(accelerator, on_stop=lambda: close_processes(accelerator, train_step))

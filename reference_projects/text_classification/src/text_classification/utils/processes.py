@@ -11,6 +11,7 @@ from accelerate import Accelerator
 
 from ..checkpoint import Progress
 from ..config import ConfigError, TrainConfig
+from ..optim import TrainStep
 from .monitor import LogWindow, Preemption, ProgressReport, TrainingClock, configure_logging
 from .profiling import NoProfiler, build_profiler
 from .records import METRICS_FILE, MetricsLog
@@ -61,5 +62,5 @@ def start_profiler(
     return build_profiler(cfg.profile, output_dir / "profile")
 
 
-def preemption(accelerator: Accelerator) -> Preemption:
+def preemption(accelerator: Accelerator, train_step: TrainStep) -> Preemption:
     return Preemption()
