@@ -7,6 +7,7 @@ import io
 import os
 import resource
 import signal
+import zipfile
 
 import pytest
 import torch
@@ -118,8 +119,15 @@ def test_a_checkpoint_without_a_checksum_has_its_records_checked(trained):
     """As written before format 5 (or by torch.save directly): each record's CRC-32."""
     path = trained / "checkpoints" / "step-000006.pt"
     torch.save(load_checkpoint(path), path)
+    # A byte in the middle of the largest record (a tensor), not in the padding between them
+    with zipfile.ZipFile(path) as archive:
+        record = max(archive.infolist(), key=lambda info: info.file_size)
     content = bytearray(path.read_bytes())
-    content[len(content) // 2] ^= 0xFF
+    start = record.header_offset  # the local header: 30 bytes, then the name and extra field
+    name_length, extra_length = (
+        int.from_bytes(content[i : i + 2], "little") for i in (start + 26, start + 28)
+    )
+    content[start + 30 + name_length + extra_length + record.file_size // 2] ^= 0xFF
     path.write_bytes(content)
     with pytest.raises(CheckpointError, match=r"is corrupt \(checksum of .* does not match"):
         load_checkpoint(path)
