@@ -30,6 +30,14 @@ class DiskFull(OSError):
     """A write that found no space left; the message names the file and what to do."""
 
 
+def disk_full(path: Path | str, error: OSError) -> DiskFull:
+    """The error of a write to `path` that found no room (`error.errno` in NO_SPACE)."""
+    return DiskFull(
+        f"no space left writing '{path}' ({error.strerror}): free space and run the same "
+        "command again"
+    )
+
+
 def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
     """Write to a temporary file beside `path`, fsync, then rename over it.
 
@@ -50,10 +58,7 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], Any]) -> None:
             temporary.unlink(missing_ok=True)
         cause = _write_error(error)
         if isinstance(cause, OSError) and cause.errno in NO_SPACE:
-            raise DiskFull(
-                f"no space left writing '{path}' ({cause.strerror}): free space and run the "
-                "same command again"
-            ) from cause
+            raise disk_full(path, cause) from cause
         if cause is not error and not isinstance(cause, Exception):
             raise cause from None  # Ctrl-C, not the RuntimeError torch.save made of it
         raise

@@ -93,7 +93,6 @@ class LogWindow:
     def __init__(
         self, device: torch.device, first_step: int, losses: list[float], clock: TrainingClock
     ):
-        self.device = device
         self.first_step = first_step  # the window holds steps first_step + 1, first_step + 2, ...
         self.losses = [torch.tensor(loss, device=device) for loss in losses]
         self.step_loss: torch.Tensor | None = None  # the step in progress, over its micro-batches

@@ -23,7 +23,7 @@ from ..checkpoint import save_weights
 from ..config import ConfigError, TrainConfig, save_config
 from ..loaders import Datasets
 from .curves import plot_curves
-from .files import NO_SPACE, DiskFull, write_json
+from .files import NO_SPACE, disk_full, write_json
 from .folder_lock import claim_run_folder
 from .model_card import write_model_card
 
@@ -65,10 +65,7 @@ class MetricsLog:
         except OSError as error:
             if error.errno not in NO_SPACE:
                 raise
-            raise DiskFull(
-                f"no space left writing '{self.file.name}' ({error.strerror}): free space and "
-                "run the same command again"
-            ) from error
+            raise disk_full(self.file.name, error) from error
 
     def close(self) -> None:
         self.file.close()
