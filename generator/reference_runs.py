@@ -188,7 +188,7 @@ def run_project_tests(
         # (test_distributed's launch of every multi-process run is a third of a suite).
         pytest += ["-n", str(workers), "--dist", "loadfile"]
     for ref in select(names):
-        marker = [] if ref.runs_sweep_tests else ["-m", "not sweep"]  # SWEEP_TEST_TASKS
+        marker = [] if ref.runs_sweep_tests else ["-m", "not sweep"]  # SWEEP_TEST_REFERENCES
         with tempfile.TemporaryDirectory(prefix="references-test-") as scratch:
             env = project_env(ref.answers, Options(Path(scratch), "cpu"))
             env |= {"PYTHONDONTWRITEBYTECODE": "1"}

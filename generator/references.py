@@ -65,11 +65,12 @@ LOADED = {
     "tracker": "tensorboard",
 }
 
-# A sweep runs the same for every task but for the direction of its metric: the whole-sweep
-# tests (the projects' pytest marker `sweep`, a minute or more each) run in the suites of
-# a task whose metric goes up (accuracy) and one whose metric goes down (loss), the loaded
-# project among them; the other reference suites leave them out.
-SWEEP_TEST_TASKS = ("image_classification", "language_modeling")
+# A sweep runs the same for every task but for the direction of its metric and the launcher
+# of its trials: the whole-sweep tests (the projects' pytest marker `sweep`, a minute or more
+# each) run in the suites of a single-process project whose metric goes down (loss) and of
+# the loaded project, multi-process with a metric that goes up (accuracy); the other
+# reference suites leave them out.
+SWEEP_TEST_REFERENCES = ("language_modeling", f"{LOADED_TASK}_loaded")
 # A second run that `sync` records for a task's reference project: the project's config file
 # that fine-tunes a pretrained model (README: Fine-tuning a pretrained model).
 FINE_TUNING = {"text_classification": "configs/pretrained.yaml"}
@@ -92,7 +93,7 @@ class Reference:
 
     @property
     def runs_sweep_tests(self) -> bool:
-        return self.answers["task_type"] in SWEEP_TEST_TASKS
+        return self.name in SWEEP_TEST_REFERENCES
 
     @property
     def fine_tuning(self) -> str | None:

@@ -190,7 +190,7 @@ def sweep_sample(space: AnswerSpace, sample: Sequence[Answers]) -> list[Answers]
     reference projects' suites leave those tests. A sweep runs the same for every task; what
     it meets is the launcher, the tracker, the precision and the export of its trials."""
     # Not the task: a sweep runs the same for each (the reference suites that run the
-    # tests give it both directions of a metric, see references.SWEEP_TEST_TASKS).
+    # tests give it both directions of a metric, see references.SWEEP_TEST_REFERENCES).
     names = [axis.name for axis in space.axes if axis.name != "task_type"]
 
     def choices(combo: Answers) -> Answers:

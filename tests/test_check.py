@@ -20,7 +20,7 @@ from generator.cli import main
 from generator.launch import Options
 from generator.parallel import check_all
 from generator.provenance import template_commit, template_trees
-from generator.references import REFERENCES_DIR, SWEEP_TEST_TASKS, reference_combinations
+from generator.references import REFERENCES_DIR, reference_combinations
 from generator.report import as_markdown, reproduce, write_report
 from generator.run_folder import run_folder_problems
 from generator.selection import select
@@ -126,11 +126,12 @@ def test_the_rest_sample_runs_the_whole_sweep_tests_where_they_meet_unused_choic
     assert every_options.without_sweep_tests == frozenset()  # --project-tests all: everything
     sweeping = [c for c in rest if SPACE.slug(c) not in rest_options.without_sweep_tests]
     assert 0 < len(sweeping) < len(rest) < len(every)
-    # With the reference suites that run them (a task whose metric goes up, one whose
-    # metric goes down), the whole-sweep tests meet every choice but the other tasks'.
+    # With the reference suites that run them (one process and a metric that goes down,
+    # several and one that goes up), the whole-sweep tests meet every choice but the other
+    # tasks'.
     sweeping_references = reference_combinations(sweeping_only=True)
-    assert {c["task_type"] for c in sweeping_references} == set(SWEEP_TEST_TASKS)
-    assert {higher_is_better(task) for task in SWEEP_TEST_TASKS} == {True, False}
+    directions = {(c["distributed"], higher_is_better(c["task_type"])) for c in sweeping_references}
+    assert directions == {("single", False), ("multi", True)}
     used = {(q, c[q]) for c in [*sweeping, *sweeping_references] for q in c}
     for axis in SPACE.axes:
         if axis.name != "task_type":

@@ -81,7 +81,9 @@ def test_sigusr1_checkpoints_exits_75_and_the_requeued_job_resumes(
     environment = cluster(tmp_path)
     fields = short_run_in(tmp_path / "unused", *embedded_args, "--cpu", "true")
     fields = [field for field in fields if not field.startswith("--output_dir")]
-    fields += as_arguments({"max_steps": STEPS, "checkpoint_every": 100, "eval_every": 100})
+    # Epochs enough that max_steps ends the run whatever the task's data.
+    schedule = {"max_steps": STEPS, "epochs": 1000, "checkpoint_every": 100, "eval_every": 100}
+    fields += as_arguments(schedule)
     command = ["bash", str(PROJECT / "slurm" / "train.sbatch"), *fields]
     run = tmp_path / "outputs" / f"slurm-{JOB_ID}"
     (tmp_path / "outputs").mkdir()

@@ -266,9 +266,10 @@ def test_early_stopping_ends_the_run_at_the_evaluation_that_exhausts_its_patienc
     assert never["stopped_early"] is False and never["steps"] == 10
 
 
-# Accumulated micro-batches sum their gradients in another order than one batch does: float32
-# sums agree to about 1e-6 relative, and bf16 products to about 1e-3.
-ACCUMULATION_RTOL = 1e-3
+# Accumulated micro-batches sum their gradients in another order than one batch does, and
+# bf16 keeps 8 significant bits (0.4%): its rounded activations move a gradient norm by up to
+# about 0.2%. Micro-batch losses summed instead of averaged would quadruple it.
+ACCUMULATION_RTOL = 1e-2
 
 
 def test_accumulated_micro_batches_step_as_one_batch_as_large(short_run, tmp_path, monkeypatch):
