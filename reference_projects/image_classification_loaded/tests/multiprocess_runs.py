@@ -4,13 +4,16 @@
 
 Launched like the README's command, every process runs each run of the JSON file PLAN in
 turn through `train.main` (what `-m PACKAGE.train` runs), so the processes start
-once for all the runs, in one process group. A run may name the step during which each
+once for all the runs, in one process group. A run trains the model without BatchNorm
+unless it says `as_built`. A run may name the step during which each
 process receives SIGTERM, as a scheduler preempting the job sends it to every process; the
 run then ends with the exit code `-m PACKAGE.train` would exit with, and the
 next run starts. Then rank 0 calls a collective that rank 1 never joins, to time how long
-the process group waits. Each process writes what it saw to `report-RANK.json`.
+the process group waits. Each process writes what it saw to `report-RANK.json`: for each
+run, the steps it trained, its exit code and digests of the weights it ended with.
 """
 
+import hashlib
 import json
 import os
 import signal
@@ -42,6 +45,26 @@ def without_batchnorm(build_model):
         return model
 
     return build
+
+
+def remembering(model_on_device, trained: list[nn.Module]):
+    """train._model_on_device, appending to `trained` the model each run trains (as built,
+    which DDP and the optimizer update in place, unlike a model that export builds)."""
+
+    def on_device(*args):
+        model, raw_model = model_on_device(*args)
+        trained.append(raw_model)
+        return model, raw_model
+
+    return on_device
+
+
+def digest(tensors) -> str:
+    """One hash of the tensors' bytes, in order: equal only for bit-for-bit equal tensors."""
+    sha = hashlib.sha256()
+    for tensor in tensors:
+        sha.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    return sha.hexdigest()
 
 
 def watch_writes(root: str, writes: list[str]) -> None:
@@ -101,7 +124,9 @@ def main(plan_path: str) -> None:
     rank = int(os.environ["RANK"])
     writes: list[str] = []
     watch_writes(plan["root"], writes)
-    train.build_model = without_batchnorm(train.build_model)
+    trained: list[nn.Module] = []
+    train._model_on_device = remembering(train._model_on_device, trained)
+    as_built, stripped = train.build_model, without_batchnorm(train.build_model)
     learning_rate = optim.learning_rate
     # One process group for every run, as set up by the first (with its dist_timeout_s):
     # a run ends by closing it, which here would leave the next runs none to join.
@@ -111,6 +136,7 @@ def main(plan_path: str) -> None:
         steps: list[int] = []
         sigterm_step = run["sigterm_during_step"][rank] if "sigterm_during_step" in run else None
         optim.learning_rate = watch_steps(learning_rate, steps, sigterm_step)
+        train.build_model = as_built if run.get("as_built") else stripped
         exit_code = 0
         try:
             train.main(run["args"])
@@ -118,7 +144,9 @@ def main(plan_path: str) -> None:
             if stopped.code != Preemption.EXIT_CODE:
                 raise
             exit_code = stopped.code
-        runs.append({"steps": steps, "exit_code": exit_code})
+        model = trained[-1]
+        weights = {"parameters": digest(model.parameters()), "buffers": digest(model.buffers())}
+        runs.append({"steps": steps, "exit_code": exit_code, "weights": weights})
         AcceleratorState._reset_state(reset_partial_state=True)  # as a new process would
         GradientState._reset_state()
         PartialState._reset_state()
