@@ -244,6 +244,8 @@ class _Run:
         pytest = ["pytest", "-q", "-x", "-p", "no:cacheprovider", *quiet]
         if not self.sweep_tests:
             pytest += ["-m", "not sweep"]
+        elif not self.options.every_sweep_test:
+            pytest += ["-m", "not sweep or shared_study"]
         run_checked([sys.executable, "-m", *pytest], self.project, self._env())
 
     def _run_module(

@@ -78,6 +78,7 @@ def check_combinations(args: argparse.Namespace, argv: Sequence[str]) -> int:
             args.jobs,
             not args.no_server,
             _without_sweep_tests(space, sample) if args.project_tests == "rest" else frozenset(),
+            every_sweep_test=args.project_tests != "rest",
         )
         print(
             f"checking {len(combinations)} combinations on {args.device}, "

@@ -39,6 +39,9 @@ class Options:
     # The slugs of the combinations whose own suites leave out the whole-sweep tests (the
     # pytest marker `sweep`): see selection.sweep_sample.
     without_sweep_tests: frozenset[str] = frozenset()
+    # Whether the others run every whole-sweep test, or only the one whose trials log to the
+    # tracker side by side (the marker `shared_study`; the reference suites run the rest).
+    every_sweep_test: bool = True
 
 
 def processes(answers: Mapping[str, Answer]) -> int:

@@ -185,10 +185,12 @@ def rest_sample(space: AnswerSpace, candidates: Sequence[Answers]) -> list[Answe
 
 
 def sweep_sample(space: AnswerSpace, sample: Sequence[Answers]) -> list[Answers]:
-    """Of the rest sample, the combinations whose suites also run the whole-sweep tests (the
+    """Of the rest sample, the combinations whose suites also run a whole-sweep test (the
     pytest marker `sweep`: minutes of trials each): the cheapest that use every choice the
     reference projects' suites leave those tests. A sweep runs the same for every task; what
-    it meets is the launcher, the tracker, the precision and the export of its trials."""
+    it meets is the launcher, the tracker, the precision and the export of its trials. The
+    reference suites run every sweep test; these run the one whose trials share a study side
+    by side (`shared_study`), where two runs log to one tracker at once."""
     # Not the task: a sweep runs the same for each (the reference suites that run the
     # tests give it both directions of a metric, see references.SWEEP_TEST_REFERENCES).
     names = [axis.name for axis in space.axes if axis.name != "task_type"]

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shlex
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -142,10 +143,30 @@ def test_the_rest_sample_runs_the_whole_sweep_tests_where_they_meet_unused_choic
     commands_run: list[list[str]] = []
     monkeypatch.setattr(check, "run_checked", lambda command, *args: commands_run.append(command))
     without = [c for c in rest if SPACE.slug(c) in rest_options.without_sweep_tests]
-    for answers in (sweeping[0], without[0]):
-        check_combination(SPACE, answers, tmp_path, rest_options, project_tests=True)
-    assert "sweep" not in " ".join(commands_run[0])
+    for answers, options in ((sweeping[0], rest_options), (without[0], rest_options)):
+        check_combination(SPACE, answers, tmp_path, options, project_tests=True)
+    check_combination(SPACE, sweeping[0], tmp_path, every_options, project_tests=True)
+    # The reference suites run every sweep test; the rest's sweeping suites the shared one.
+    assert commands_run[0][-2:] == ["-m", "not sweep or shared_study"]
     assert commands_run[1][-2:] == ["-m", "not sweep"]
+    assert "sweep" not in " ".join(commands_run[2])  # --project-tests all: every test
+
+
+def test_the_rest_sweep_suites_marker_selects_the_shared_study_test_alone() -> None:
+    """The expression check passes (see the test above) meets the markers the template
+    declares: every sweep test of a rendered suite is deselected but the shared-study one."""
+    project = REFERENCES_DIR / "image_classification_loaded"
+    collect = [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider"]
+    env = {**os.environ, "PYTHONPATH": str(project / "src")}
+
+    def sweep_tests(expression: str) -> list[str]:
+        command = [*collect, "-m", f"sweep and ({expression})", "tests/test_sweep.py"]
+        output = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
+        return [line for line in output.stdout.splitlines() if "::" in line]
+
+    assert len(sweep_tests("not sweep or shared_study")) == 1
+    assert "test_two_workers_share_a_study" in sweep_tests("not sweep or shared_study")[0]
+    assert len(sweep_tests("sweep")) >= 3
 
 
 def test_reproduce_selects_exactly_that_combination() -> None:

@@ -66,6 +66,7 @@ def steps_logged(output_dir: Path) -> int:
 
 
 @pytest.mark.sweep
+@pytest.mark.shared_study
 def test_two_workers_share_a_study_and_every_trial_is_a_run(tmp_path, trial_fields):
     result = run(sweep_command(tmp_path, 4, 1, "--workers", "2", *trial_fields), tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
