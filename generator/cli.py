@@ -32,17 +32,17 @@ def get_parser() -> argparse.ArgumentParser:
         prog="python -m generator",
         description="Enumerate, render and check the combinations of answers copier.yml allows.",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    subcommands = parser.add_subparsers(dest="command", required=True)
 
-    matrix = commands.add_parser("matrix", help="list the combinations of the choices")
+    matrix = subcommands.add_parser("matrix", help="list the combinations of the choices")
     matrix.add_argument("--json", action="store_true", help="a JSON list of {slug, answers}")
     _add_selection(matrix, every="(default)")
 
-    render_ = commands.add_parser("render", help="render one project, defaults for the rest")
+    render_ = subcommands.add_parser("render", help="render one project, defaults for the rest")
     render_.add_argument("dest", type=Path, help="an empty or missing directory")
     _add_sets(render_, "answer one question (repeatable)")
 
-    check = commands.add_parser(
+    check = subcommands.add_parser(
         "check",
         help="render, lint, train, resume, export and test combinations",
         description=(
@@ -98,8 +98,8 @@ def get_parser() -> argparse.ArgumentParser:
         help="renders, runs and the compile cache; kept, failures included (default: a "
         "temporary folder, removed at the end)",
     )
-    _add_references(commands)
-    report = commands.add_parser(
+    _add_references(subcommands)
+    report = subcommands.add_parser(
         "report", help="merge the reports of a check's shards; write and date docs/MATRIX.md"
     )
     actions = report.add_subparsers(dest="action", required=True)
@@ -133,8 +133,8 @@ def _add_matrix_doc(actions: argparse._SubParsersAction) -> None:
     _add_path(write, "--readme", REPO_ROOT / "README.md", "the README whose figures to rewrite")
 
 
-def _add_references(commands: argparse._SubParsersAction) -> None:
-    refs = commands.add_parser(
+def _add_references(subcommands: argparse._SubParsersAction) -> None:
+    refs = subcommands.add_parser(
         "references",
         help="sync or check reference_projects/, the rendered projects kept as worked examples",
         description=(

@@ -154,19 +154,22 @@ def test_the_rest_sample_runs_the_whole_sweep_tests_where_they_meet_unused_choic
 
 def test_the_rest_sweep_suites_marker_selects_the_shared_study_test_alone() -> None:
     """The expression check passes (see the test above) meets the markers the template
-    declares: every sweep test of a rendered suite is deselected but the shared-study one."""
+    declares: of a rendered suite's sweep tests, only the shared-study one is collected."""
     project = REFERENCES_DIR / "image_classification_loaded"
-    collect = [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider"]
+    source = (project / "tests" / "test_sweep.py").read_text(encoding="utf-8")
+    sweeping = re.findall(r"@pytest\.mark\.sweep\n(?:@pytest\.mark\.\w+\n)*def (\w+)", source)
+    assert len(sweeping) >= 3, sweeping
+    command = [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider"]
+    command += ["-m", "not sweep or shared_study", "tests/test_sweep.py"]
     env = {**os.environ, "PYTHONPATH": str(project / "src")}
-
-    def sweep_tests(expression: str) -> list[str]:
-        command = [*collect, "-m", f"sweep and ({expression})", "tests/test_sweep.py"]
-        output = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
-        return [line for line in output.stdout.splitlines() if "::" in line]
-
-    assert len(sweep_tests("not sweep or shared_study")) == 1
-    assert "test_two_workers_share_a_study" in sweep_tests("not sweep or shared_study")[0]
-    assert len(sweep_tests("sweep")) >= 3
+    output = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
+    collected = {
+        line.split("::")[1].split("[")[0] for line in output.stdout.splitlines() if "::" in line
+    }
+    assert collected, output.stdout + output.stderr
+    assert [name for name in sweeping if name in collected] == [
+        "test_two_workers_share_a_study_and_every_trial_is_a_run"
+    ]
 
 
 def test_reproduce_selects_exactly_that_combination() -> None:
