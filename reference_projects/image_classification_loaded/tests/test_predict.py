@@ -74,13 +74,28 @@ def test_artifact_agrees_with_pytorch_on_real_images_in_another_batch_size(expor
     assert actual.argmax(dim=1).tolist() == expected.argmax(dim=1).tolist()
 
 
-def test_readme_inference_example_reproduces_training(exported, monkeypatch, capsys):
+def as_users_bring(image: Image.Image, kind: str) -> Image.Image:
+    """`image` in another size, or mode: grey, RGBA with a varying alpha, a palette."""
+    rgb = image.convert("RGB")
+    if kind == "grey":
+        return image.convert("L")
+    if kind == "rgba":
+        alpha = Image.linear_gradient("L").resize(rgb.size)
+        return Image.merge("RGBA", (*rgb.split(), alpha))
+    if kind == "palette":
+        return rgb.convert("P", palette=Image.Palette.ADAPTIVE, colors=16)
+    return rgb.resize((1200, 900) if kind == "large" else (20, 20))  # large: not square
+
+
+@pytest.mark.parametrize("kind", ["rgb", "grey", "rgba", "palette", "large"])
+def test_readme_inference_example_reproduces_predict(exported, monkeypatch, capsys, kind):
+    """The README's example imports nothing of this project: export/ and its model.json
+    alone must give predict's input, logits and label, on images as users bring them."""
     readme = README.read_text()
     example = readme.split("## Export", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(exported.parents[1])  # the example reads outputs/run/export
-    # An RGB image of another size: the example must convert and resize as training does.
-    digit = load_digits().images[0]
-    Image.fromarray(np.uint8(digit * 255 / 16)).convert("RGB").resize((20, 20)).save("digit.png")
+    digit = Image.fromarray(np.uint8(load_digits().images[0] * 255 / 16))
+    as_users_bring(digit, kind).save("digit.png")
 
     namespace: dict = {}
     exec(compile(example, str(README), "exec"), namespace)
@@ -90,6 +105,9 @@ def test_readme_inference_example_reproduces_training(exported, monkeypatch, cap
         expected_batch = preprocess(image)[None]
         (label,) = predict(model, preprocess, [image])
     assert torch.equal(torch.from_numpy(namespace["batch"]), expected_batch)
+    with torch.inference_mode():
+        logits = model(expected_batch)
+    torch.testing.assert_close(torch.from_numpy(namespace["logits"]), logits, atol=ATOL, rtol=RTOL)
     assert capsys.readouterr().out.strip() == label
 
 

@@ -1,7 +1,9 @@
 """Data: the embedded reviews, your own CSV or JSONL files, one tokenization for both."""
 
+import json
 import logging
 from collections import Counter
+from dataclasses import asdict
 
 import pytest
 import torch
@@ -30,6 +32,7 @@ TEXTS = ["A fine film.", "Not good at all.", "Great!", "It was bad.", "Quite goo
 LABELS = ["pos", "neg", "pos", "neg", "pos", "neg"]
 
 PACKAGE = "text_classification"  # train.py configures its logger
+OLD_MISSING = ("lowercase", "pad_id", "unknown_id")  # fields a preprocess.json once lacked
 
 
 def test_reviews_are_distinct_balanced_and_the_same_every_time():
@@ -91,6 +94,23 @@ def test_preprocess_round_trips_through_json(tmp_path, cfg):
     preprocess = build_datasets(cfg).preprocess
     preprocess.save(tmp_path / "preprocess.json")
     assert Preprocess.load(tmp_path / "preprocess.json") == preprocess
+    saved = json.loads((tmp_path / "preprocess.json").read_text())
+    # Every step of the tokenization is written down, none left to this code.
+    assert (saved["lowercase"], saved["pad_id"], saved["unknown_id"]) == (True, 0, 1)
+
+
+def test_a_preprocess_json_without_case_and_ids_tokenizes_as_it_was_trained(tmp_path, caplog):
+    """Written by a version before `lowercase`, `pad_id` and `unknown_id` were saved: that
+    version lower-cased and padded with 0, words it lacked were 1; one line says so."""
+    preprocess = Preprocess(64, ("<pad>", "<unk>", "great", "film"))
+    old = {k: v for k, v in asdict(preprocess).items() if k not in OLD_MISSING}
+    (tmp_path / "preprocess.json").write_text(json.dumps(old))
+    with caplog.at_level(logging.INFO, logger=PACKAGE):
+        loaded = Preprocess.load(tmp_path / "preprocess.json")
+    assert loaded("A GREAT Film!") == [1, 2, 3, 1] == preprocess("A GREAT Film!")
+    assert loaded.pad_id == PAD_ID
+    (said,) = [r.getMessage() for r in caplog.records if "names no case" in r.getMessage()]
+    assert "lower-cased, pad id 0, unknown id 1" in said
 
 
 def test_batches_are_padded_to_their_own_longest_text(cfg):

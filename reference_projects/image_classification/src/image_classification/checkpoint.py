@@ -210,7 +210,7 @@ def load_model_state(model: nn.Module, state: dict[str, torch.Tensor], source: P
     model.load_state_dict(state)
 
 
-def gather_rng_states(accelerator: Accelerator, data_generator: torch.Generator) -> list[dict]:
+def gather_rng_states(data_generator: torch.Generator) -> list[dict]:
     """Every process's random states, in rank order (a collective where there are several):
     each process draws its own dropout and loader worker seeds."""
     return gather_object([_rng_states() | {DATA_GENERATOR: data_generator.get_state()}])

@@ -34,6 +34,10 @@ IMAGE_SUFFIXES = {".bmp", ".gif", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".we
 # Images decoded to estimate the normalisation constants of a folder dataset.
 STATS_SAMPLE = 512
 
+# How an image becomes the network's input (model.json names both for code without ours).
+RESAMPLE = Image.Resampling.BILINEAR
+PIXEL_MAX = 255.0  # 8-bit pixels to [0, 1]
+
 
 @dataclass(frozen=True)
 class Preprocess:
@@ -51,12 +55,18 @@ class Preprocess:
         std = torch.tensor(self.std).view(-1, 1, 1)
         return (pixels - mean) / std
 
+    @property
+    def mode(self) -> str:
+        """The PIL mode every image is converted to (an alpha channel is dropped, a palette
+        looked up, grey repeated or colours weighted into grey)."""
+        return "L" if self.image_channels == 1 else "RGB"
+
     def to_unit_range(self, image: Image.Image) -> torch.Tensor:
-        image = image.convert("L" if self.image_channels == 1 else "RGB")
+        image = image.convert(self.mode)
         size = (self.image_size, self.image_size)
         if image.size != size:
-            image = image.resize(size, Image.Resampling.BILINEAR)
-        array = np.asarray(image, dtype=np.float32) / 255.0  # (H, W) or (H, W, C)
+            image = image.resize(size, RESAMPLE)  # the whole image: no crop, aspect not kept
+        array = np.asarray(image, dtype=np.float32) / PIXEL_MAX  # (H, W) or (H, W, C)
         return torch.from_numpy(array).reshape(*size, self.image_channels).permute(2, 0, 1)
 
     def save(self, path: Path) -> None:

@@ -4,7 +4,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from .data import Preprocess
+from .data import PIXEL_MAX, RESAMPLE, Preprocess
 
 TASK = "image_classification"
 METRIC = "accuracy"  # the metric that picks the best checkpoint and goes into summary.json
@@ -52,13 +52,24 @@ INPUT, OUTPUT = "images", "logits"
 
 
 def export_signature(preprocess: Preprocess) -> dict[str, list[dict]]:
-    """Names, shapes and dtypes of the exported model's input and output, for model.json."""
+    """Names, shapes and dtypes of the exported model's input and output, for model.json,
+    with the steps that make the input from an image and what the output means: all that
+    code without this project needs to reproduce predict."""
     sample = [preprocess.image_channels, preprocess.image_size, preprocess.image_size]
-    classes = len(preprocess.class_names)
-    return {
-        "inputs": [{"name": INPUT, "shape": ["batch", *sample], "dtype": "float32"}],
-        "outputs": [{"name": OUTPUT, "shape": ["batch", classes], "dtype": "float32"}],
-    }
+    size = [preprocess.image_size, preprocess.image_size]  # width, height
+    steps = [  # Preprocess's, in order: an image file to one sample of the input
+        {"op": "decode", "with": "PIL.Image.open"},
+        {"op": "convert", "mode": preprocess.mode, "with": "PIL.Image.Image.convert"},
+        {"op": "resize", "size": size, "resample": RESAMPLE.name.lower(), "crop": None},
+        {"op": "divide", "by": PIXEL_MAX},
+        {"op": "normalize", "mean": list(preprocess.mean), "std": list(preprocess.std)},
+        {"op": "layout", "order": ["channels", "height", "width"]},
+    ]
+    images = {"name": INPUT, "shape": ["batch", *sample], "dtype": "float32", "steps": steps}
+    classes = list(preprocess.class_names)
+    logits = {"name": OUTPUT, "shape": ["batch", len(classes)], "dtype": "float32"}
+    logits |= {"softmax": False, "answer": "argmax", "labels": classes}
+    return {"inputs": [images], "outputs": [logits]}
 
 
 def example_inputs(preprocess: Preprocess, batch_size: int, generator: torch.Generator) -> Tensor:

@@ -51,7 +51,7 @@ class TrainingState:
             OPTIMIZER: self.train_step.optimizer.state_dict(),
             CONFIG: asdict(self.cfg),
             DATA: data_fingerprint,
-            RNG: gather_rng_states(self.accelerator, self.data_generator),  # one per process
+            RNG: gather_rng_states(self.data_generator),  # one per process
         }
         directory, keep = Path(self.cfg.output_dir) / "checkpoints", self.cfg.keep_checkpoints
         on_main_process(

@@ -244,9 +244,9 @@ def _parse_argv(argv: list[str]) -> dict[str, typing.Any]:
         token = argv.pop(0)
         if not token.startswith("--") or token == "--":
             raise ConfigError(f"unexpected argument '{token}'; expected --field value")
-        name, _, value = token[2:].partition("=")
+        name, equals, value = token[2:].partition("=")
         name = name.replace("-", "_")
-        if not _:
+        if not equals:
             # `--flag` alone means true; `--field value` takes the next token.
             value = argv.pop(0) if argv and not argv[0].startswith("--") else "true"
         overrides[name] = value

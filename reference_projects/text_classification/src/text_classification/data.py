@@ -48,14 +48,19 @@ TOKEN_PATTERN = r"[\w']+|[^\w\s]"
 
 @dataclass(frozen=True)
 class Preprocess:
-    """Text -> token ids (at most max_length): the one definition of tokenization."""
+    """Text -> token ids (at most max_length): the one definition of tokenization. Every
+    step is a field, saved in preprocess.json and export/model.json, so that code without
+    this project tokenizes the same: lower-case (if `lowercase`), the words `pattern` finds,
+    the first max_length of them, each word's position in the vocabulary or unknown_id; a
+    batch is right-padded with pad_id."""
 
     max_length: int
     vocabulary: tuple[str, ...] = (PAD, UNKNOWN)  # a word's id is its position
     class_names: tuple[str, ...] = ()
     pattern: str = TOKEN_PATTERN
-
-    pad_id = PAD_ID
+    lowercase: bool = True  # the vocabulary is of lower-cased words
+    pad_id: int = PAD_ID
+    unknown_id: int = UNKNOWN_ID
 
     @classmethod
     def from_texts(cls, cfg: TrainConfig, texts: list[str], class_names: tuple[str, ...]):
@@ -68,11 +73,11 @@ class Preprocess:
         return cls(cfg.max_length, (PAD, UNKNOWN, *words), class_names)
 
     def tokenize(self, text: str) -> list[str]:
-        return re.findall(self.pattern, text.lower())
+        return re.findall(self.pattern, text.lower() if self.lowercase else text)
 
     def __call__(self, text: str) -> list[int]:
-        unknown = self.ids[UNKNOWN]
-        return [self.ids.get(word, unknown) for word in self.tokenize(text)[: self.max_length]]
+        words = self.tokenize(text)[: self.max_length]
+        return [self.ids.get(word, self.unknown_id) for word in words]
 
     def truncated(self, texts: list[str]) -> int:
         """How many of `texts` are longer than max_length tokens."""
@@ -99,6 +104,14 @@ class Preprocess:
             from .pretrained import PretrainedTokens  # imports Transformers: only when used
 
             return PretrainedTokens(**fields)
+        if "lowercase" not in fields:  # written before these fields: their values then
+            log.info(
+                "%s names no case or special ids (written by an older version): lower-cased, "
+                "pad id %d, unknown id %d, as it was trained",
+                path,
+                PAD_ID,
+                UNKNOWN_ID,
+            )
         return cls(**fields)
 
 
