@@ -15,7 +15,7 @@ from typing import NoReturn
 
 from copier.errors import CopierError
 
-from generator import REPO_ROOT, commands, matrix_doc, references
+from generator import REPO_ROOT, commands, matrix_doc, mutation, references
 from generator.selection import DEVICE_FREE, SAMPLES
 
 
@@ -99,6 +99,7 @@ def get_parser() -> argparse.ArgumentParser:
         "temporary folder, removed at the end)",
     )
     _add_references(subcommands)
+    _add_mutate(subcommands)
     report = subcommands.add_parser(
         "report", help="merge the reports of a check's shards; write and date docs/MATRIX.md"
     )
@@ -112,6 +113,28 @@ def get_parser() -> argparse.ArgumentParser:
     merge.add_argument("--report", type=Path, required=True, metavar="DIR", help="where to write")
     _add_matrix_doc(actions)
     return parser
+
+
+def _add_mutate(subcommands: argparse._SubParsersAction) -> None:
+    mutate = subcommands.add_parser(
+        "mutate",
+        help="mutation-test the training core of a reference project (a copy of it) with "
+        "mutmut; write the kill rate per module and every surviving mutant (hours on a CPU)",
+    )
+    mutate.add_argument("reference", help="a reference project's name, e.g. tabular_regression")
+    mutate.add_argument(
+        "--modules",
+        default=",".join(mutation.CORE),
+        help=f"modules of its package, comma-separated (default: {','.join(mutation.CORE)})",
+    )
+    mutate.add_argument("--jobs", type=int, default=2, help="mutants tested at once (default 2)")
+    mutate.add_argument(
+        "--workdir",
+        type=Path,
+        metavar="DIR",
+        help="where the copy runs (default: a temporary folder, removed at the end)",
+    )
+    _add_path(mutate, "--report", mutation.REPORT_DIR, "the folder of the reports")
 
 
 def _add_matrix_doc(actions: argparse._SubParsersAction) -> None:
@@ -248,6 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return commands.check_combinations(args, sys.argv[1:] if argv is None else list(argv))
         if args.command == "references":
             return commands.run_references(args)
+        if args.command == "mutate":
+            return commands.mutation_report(args)
         if args.command == "report" and args.action == "merge":
             return commands.merge_reports(args, sys.argv[1:] if argv is None else list(argv))
         if args.command == "report":

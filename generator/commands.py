@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from generator import matrix_doc, reference_runs, references
+from generator import matrix_doc, mutation, reference_runs, references
 from generator.answers import AnswerError, Answers, AnswerSpace, load_space
 from generator.check import Result
-from generator.folders import require_folder
+from generator.folders import require_folder, write_whole
 from generator.launch import Options, processes, visible_gpus
 from generator.parallel import check_all
 from generator.provenance import machine, now, template_commit, template_trees
@@ -231,3 +231,29 @@ def _without_sweep_tests(space: AnswerSpace, sample: list[Answers]) -> frozenset
     """The slugs of the rest sample's combinations outside its sweep sample."""
     sweeping = {space.slug(answers) for answers in sweep_sample(space, sample)}
     return frozenset(space.slug(answers) for answers in sample) - sweeping
+
+
+def mutation_report(args: argparse.Namespace) -> int:
+    """`mutate`: run mutmut over the modules, then write REFERENCE.md and REFERENCE.json."""
+    modules = [name.strip() for name in args.modules.split(",") if name.strip()]
+    mutation.module_paths(args.reference, modules)  # a bad name fails before anything runs
+    require_folder(args.report, "--report", "a folder for the mutation reports")
+    if args.workdir:
+        require_folder(args.workdir, "--workdir", "a folder to copy the project into")
+    started, commit, start = now(), template_commit(), time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="generator-mutate-") as scratch:
+        results = mutation.mutate(args.reference, modules, args.workdir or Path(scratch), args.jobs)
+    minutes = (time.perf_counter() - start) / 60
+    header = [
+        f"`python -m generator mutate {args.reference} --modules {','.join(modules)}`, "
+        f"template {commit}, started {started}, {minutes:.0f} minutes with --jobs {args.jobs} "
+        f"on {machine()['cores']} cores.",
+        "Kill rate: killed (a hang counts) over the mutants a test ran against; `no tests`: "
+        "no test reached the mutated function in-process (a launched run may still).",
+    ]
+    markdown = mutation.as_markdown(args.reference, results, header)
+    payload = {"command": header[0], "modules": mutation.as_json(results)}
+    texts = {f"{args.reference}.md": markdown, f"{args.reference}.json": json.dumps(payload)}
+    write_whole(args.report, texts)
+    print(markdown.split("\n## ", 1)[0])
+    return 0
