@@ -244,16 +244,28 @@ def mutation_report(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="generator-mutate-") as scratch:
         results = mutation.mutate(args.reference, modules, args.workdir or Path(scratch), args.jobs)
     minutes = (time.perf_counter() - start) / 60
+    run = (
+        f"`mutate {args.reference} --modules {','.join(modules)} --jobs {args.jobs}`, template "
+        f"{commit[:12]}, started {started}, {minutes:.0f} min on {machine()['cores']} cores"
+    )
+    for result in results:
+        result.run = run
+    earlier_json = args.report / f"{args.reference}.json"
+    try:
+        earlier = json.loads(earlier_json.read_text()) if earlier_json.is_file() else {}
+        results = mutation.merged(earlier, results)
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{earlier_json}: not a report of this command ({error!r})") from None
     header = [
-        f"`python -m generator mutate {args.reference} --modules {','.join(modules)}`, "
-        f"template {commit}, started {started}, {minutes:.0f} minutes with --jobs {args.jobs} "
-        f"on {machine()['cores']} cores.",
-        "Kill rate: killed (a hang counts) over the mutants a test ran against; `no tests`: "
-        "no test reached the mutated function in-process (a launched run may still).",
+        "Written by `python -m generator mutate`. Kill rate: killed over killed and survived; a "
+        "timeout (a test stopped at mutmut's CPU limit) is to run again; `no tests`: no test "
+        "reached the mutated function in-process (a launched run may still)."
     ]
     markdown = mutation.as_markdown(args.reference, results, header)
-    payload = {"command": header[0], "modules": mutation.as_json(results)}
-    texts = {f"{args.reference}.md": markdown, f"{args.reference}.json": json.dumps(payload)}
+    texts = {
+        f"{args.reference}.md": markdown,
+        f"{args.reference}.json": json.dumps(mutation.as_json(results), indent=1),
+    }
     write_whole(args.report, texts)
     print(markdown.split("\n## ", 1)[0])
     return 0

@@ -34,19 +34,18 @@ class ModuleResult:
     module: str
     statuses: dict[str, str] = field(default_factory=dict)  # mutant -> mutmut's status
     diffs: dict[str, str] = field(default_factory=dict)  # the survivors' diffs
+    run: str = ""  # the command, template and time of the run that tested it
 
     def count(self, status: str) -> int:
         return sum(1 for s in self.statuses.values() if s == status)
 
     @property
-    def judged(self) -> int:
-        """Mutants a test ran against: killed, survived or timed out."""
-        return sum(self.count(s) for s in ("killed", "survived", "timeout"))
-
-    @property
     def kill_rate(self) -> float | None:
-        killed = self.count("killed") + self.count("timeout")  # a hang is noticed too
-        return killed / self.judged if self.judged else None
+        """Killed over killed and survived. A timeout is neither: mutmut stops a test at a
+        CPU limit estimated from the unmutated run, which a loaded machine can hit, so those
+        mutants are to be run again, not counted as caught."""
+        judged = self.count("killed") + self.count("survived")
+        return self.count("killed") / judged if judged else None
 
 
 def mutate(reference: str, modules: list[str], workdir: Path, jobs: int) -> list[ModuleResult]:
@@ -115,15 +114,16 @@ def _read(project: Path, package: str, module: str, env: dict[str, str]) -> Modu
 
 
 def as_markdown(reference: str, results: list[ModuleResult], header: list[str]) -> str:
-    """The report: a row per module, then every survivor's diff."""
+    """The report: a row per module, the run each comes from, then every survivor's diff."""
     lines = [f"# Mutation testing: {reference}", "", *header, ""]
-    lines += ["| module | mutants | killed | timeout | survived | no tests | kill rate |"]
+    lines += ["| module | mutants | killed | survived | timeout | no tests | kill rate |"]
     lines += ["|---|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         rate = "-" if r.kill_rate is None else f"{r.kill_rate:.0%}"
-        counts = [len(r.statuses), *(r.count(s) for s in ("killed", "timeout", "survived"))]
+        counts = [len(r.statuses), *(r.count(s) for s in ("killed", "survived", "timeout"))]
         counts.append(r.count("no tests"))
         lines.append(f"| {r.module} | {' | '.join(map(str, counts))} | {rate} |")
+    lines += ["", "Runs:", ""] + [f"- {r.module}: {r.run}" for r in results]
     for r in results:
         for name, diff in sorted(r.diffs.items()):
             lines += ["", f"## Survivor `{name}`", "", "```diff", diff, "```"]
@@ -131,7 +131,16 @@ def as_markdown(reference: str, results: list[ModuleResult], header: list[str]) 
 
 
 def as_json(results: list[ModuleResult]) -> dict:
-    return {
-        r.module: {"statuses": r.statuses, "kill_rate": r.kill_rate, "survivors": r.diffs}
-        for r in results
+    return {r.module: {"run": r.run, "statuses": r.statuses, "survivors": r.diffs} for r in results}
+
+
+def merged(earlier: dict, results: list[ModuleResult]) -> list[ModuleResult]:
+    """The modules of an earlier report (as_json's), each replaced where this run tested it:
+    a core is tested a few modules at a time, in runs of an hour or so."""
+    by_module = {
+        name: ModuleResult(name, entry["statuses"], entry["survivors"], entry["run"])
+        for name, entry in earlier.items()
     }
+    by_module |= {r.module: r for r in results}
+    order = [*CORE, *sorted(set(by_module) - set(CORE))]
+    return [by_module[name] for name in order if name in by_module]

@@ -64,8 +64,18 @@ def test_the_report_counts_each_status_and_shows_each_survivor(tmp_path, monkeyp
     result = mutation._read(tmp_path, "pkg", "average", {})
     assert shown == ["pkg.average.x_f__mutmut_2"]  # the survivor's diff only
     assert (result.count("killed"), result.count("survived"), result.count("timeout")) == (1, 1, 1)
-    assert result.judged == 3 and result.kill_rate == pytest.approx(2 / 3)
+    assert result.kill_rate == pytest.approx(1 / 2)  # a timeout is to run again, not a kill
+    result.run = "the run"
     report = mutation.as_markdown("tabular_regression", [result], ["a header line"])
-    assert "| average | 4 | 1 | 1 | 1 | 1 | 67% |" in report
+    assert "| average | 4 | 1 | 1 | 1 | 1 | 50% |" in report and "- average: the run" in report
     assert "## Survivor `pkg.average.x_f__mutmut_2`" in report and "+ a - b" in report
     assert mutation.ModuleResult("none").kill_rate is None  # nothing judged: no rate
+
+
+def test_a_later_run_replaces_its_modules_and_keeps_the_others() -> None:
+    first = [mutation.ModuleResult("state", {"m1": "killed"}, run="first")]
+    first.append(mutation.ModuleResult("average", {"m2": "survived"}, {"m2": "diff"}, "first"))
+    later = [mutation.ModuleResult("average", {"m2": "killed"}, run="later")]
+    merged = mutation.merged(mutation.as_json(first), later)
+    assert [(r.module, r.run) for r in merged] == [("average", "later"), ("state", "first")]
+    assert merged[0].diffs == {} and merged[1].statuses == {"m1": "killed"}
