@@ -240,6 +240,14 @@ def mutation_report(args: argparse.Namespace) -> int:
     require_folder(args.report, "--report", "a folder for the mutation reports")
     if args.workdir:
         require_folder(args.workdir, "--workdir", "a folder to copy the project into")
+    # The earlier report, read before the hours of mutants: one it cannot merge into stops
+    # the command now, not after the run.
+    earlier_json = args.report / f"{args.reference}.json"
+    try:
+        earlier = json.loads(earlier_json.read_text()) if earlier_json.is_file() else {}
+        mutation.merged(earlier, [])
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{earlier_json}: not a report of this command ({error!r})") from None
     started, commit, start = now(), template_commit(), time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="generator-mutate-") as scratch:
         results = mutation.mutate(args.reference, modules, args.workdir or Path(scratch), args.jobs)
@@ -250,12 +258,7 @@ def mutation_report(args: argparse.Namespace) -> int:
     )
     for result in results:
         result.run = run
-    earlier_json = args.report / f"{args.reference}.json"
-    try:
-        earlier = json.loads(earlier_json.read_text()) if earlier_json.is_file() else {}
-        results = mutation.merged(earlier, results)
-    except (ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"{earlier_json}: not a report of this command ({error!r})") from None
+    results = mutation.merged(earlier, results)
     header = [
         "Written by `python -m generator mutate`. Kill rate: killed over killed and survived; a "
         "timeout (a test stopped at mutmut's CPU limit) is to run again; `no tests`: no test "

@@ -34,6 +34,14 @@ def test_a_report_path_that_is_a_file_is_refused(tmp_path, capsys) -> None:
     assert "--report" in capsys.readouterr().err
 
 
+def test_a_report_it_cannot_merge_into_is_refused_before_the_run(tmp_path, capsys) -> None:
+    (tmp_path / "tabular_regression.json").write_text('{"state": {"statuses": {}}}')
+    argv = ["mutate", "tabular_regression", "--report", str(tmp_path)]
+    assert main([*argv, "--workdir", str(tmp_path / "w")]) == 2
+    assert "not a report of this command" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()  # nothing copied, nothing run
+
+
 def test_mutmut_reads_the_modules_and_leaves_out_the_sweeps(tmp_path) -> None:
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text((REFERENCES_DIR / "tabular_regression" / "pyproject.toml").read_text())
