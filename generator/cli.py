@@ -135,6 +135,11 @@ def _add_mutate(subcommands: argparse._SubParsersAction) -> None:
         help="where the copy runs (default: a temporary folder, removed at the end)",
     )
     _add_path(mutate, "--report", mutation.REPORT_DIR, "the folder of the reports")
+    mutate.add_argument(
+        "--rewrite",
+        action="store_true",
+        help=f"run nothing: rewrite the report from its JSON and {mutation.EQUIVALENTS}",
+    )
 
 
 def _add_matrix_doc(actions: argparse._SubParsersAction) -> None:

@@ -234,20 +234,44 @@ def _without_sweep_tests(space: AnswerSpace, sample: list[Answers]) -> frozenset
 
 
 def mutation_report(args: argparse.Namespace) -> int:
-    """`mutate`: run mutmut over the modules, then write REFERENCE.md and REFERENCE.json."""
+    """`mutate`: run mutmut over the modules (or, with --rewrite, nothing), then write
+    REFERENCE.md and REFERENCE.json with the survivors equivalent.toml explains."""
     modules = [name.strip() for name in args.modules.split(",") if name.strip()]
     mutation.module_paths(args.reference, modules)  # a bad name fails before anything runs
     require_folder(args.report, "--report", "a folder for the mutation reports")
     if args.workdir:
         require_folder(args.workdir, "--workdir", "a folder to copy the project into")
-    # The earlier report, read before the hours of mutants: one it cannot merge into stops
-    # the command now, not after the run.
+    # The earlier report and the explanations, read before the hours of mutants: one that
+    # cannot be read stops the command now, not after the run.
     earlier_json = args.report / f"{args.reference}.json"
     try:
         earlier = json.loads(earlier_json.read_text()) if earlier_json.is_file() else {}
         mutation.merged(earlier, [])
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"{earlier_json}: not a report of this command ({error!r})") from None
+    equivalents = mutation.load_equivalents(args.report / mutation.EQUIVALENTS)
+    if args.rewrite and not earlier:
+        raise ValueError(f"--rewrite: no report to rewrite at {earlier_json}")
+    results = [] if args.rewrite else _mutants(args, modules)
+    results = mutation.merged(earlier, results)
+    stale = mutation.explain(results, equivalents)
+    header = [
+        "Written by `python -m generator mutate`. Kill rate: killed over killed and survived, "
+        f"equivalent mutants aside (each explained below, from {mutation.EQUIVALENTS}); a "
+        "timeout (a test stopped at mutmut's CPU limit) is to run again; `no tests`: no test "
+        "reached the mutated function in-process (a launched run may still)."
+    ]
+    markdown = mutation.as_markdown(args.reference, results, header, stale)
+    texts = {
+        f"{args.reference}.md": markdown,
+        f"{args.reference}.json": json.dumps(mutation.as_json(results), indent=1),
+    }
+    write_whole(args.report, texts)
+    print(markdown.split("\n## ", 1)[0])
+    return 0
+
+
+def _mutants(args: argparse.Namespace, modules: list[str]) -> list[mutation.ModuleResult]:
     started, commit, start = now(), template_commit(), time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="generator-mutate-") as scratch:
         results = mutation.mutate(args.reference, modules, args.workdir or Path(scratch), args.jobs)
@@ -258,17 +282,4 @@ def mutation_report(args: argparse.Namespace) -> int:
     )
     for result in results:
         result.run = run
-    results = mutation.merged(earlier, results)
-    header = [
-        "Written by `python -m generator mutate`. Kill rate: killed over killed and survived; a "
-        "timeout (a test stopped at mutmut's CPU limit) is to run again; `no tests`: no test "
-        "reached the mutated function in-process (a launched run may still)."
-    ]
-    markdown = mutation.as_markdown(args.reference, results, header)
-    texts = {
-        f"{args.reference}.md": markdown,
-        f"{args.reference}.json": json.dumps(mutation.as_json(results), indent=1),
-    }
-    write_whole(args.report, texts)
-    print(markdown.split("\n## ", 1)[0])
-    return 0
+    return results

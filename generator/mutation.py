@@ -17,11 +17,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import tomllib
+
 from generator import REPO_ROOT
 from generator.references import REFERENCES_DIR, select
 from generator.render import package_of
 
 REPORT_DIR = REPO_ROOT / "docs" / "mutation"
+# Survivors that change no behaviour, each with its reason and the changed line(s) it is of.
+EQUIVALENTS = "equivalent.toml"
 # The rendered core, as issue 48 names it: what decides a step, a checkpoint and a resume.
 CORE = ("optim", "loaders", "checkpoint", "evaluate", "average", "resume", "state")
 # Left to the whole-sweep tests' own runs: minutes of trials each, for functions the rest of
@@ -35,17 +39,75 @@ class ModuleResult:
     statuses: dict[str, str] = field(default_factory=dict)  # mutant -> mutmut's status
     diffs: dict[str, str] = field(default_factory=dict)  # the survivors' diffs
     run: str = ""  # the command, template and time of the run that tested it
+    # Survivors explained as equivalent (explain()): mutant -> why.
+    equivalent: dict[str, str] = field(default_factory=dict)
 
     def count(self, status: str) -> int:
         return sum(1 for s in self.statuses.values() if s == status)
 
     @property
+    def gaps(self) -> list[str]:
+        """The survivors not explained as equivalent: each wants a test that kills it."""
+        return sorted(name for name in self.diffs if name not in self.equivalent)
+
+    @property
     def kill_rate(self) -> float | None:
-        """Killed over killed and survived. A timeout is neither: mutmut stops a test at a
-        CPU limit estimated from the unmutated run, which a loaded machine can hit, so those
-        mutants are to be run again, not counted as caught."""
-        judged = self.count("killed") + self.count("survived")
+        """Killed over killed and survived, equivalent mutants aside (no test can kill one).
+        A timeout is neither: mutmut stops a test at a CPU limit estimated from the
+        unmutated run, which a loaded machine can hit, so those mutants are to be run again,
+        not counted as caught."""
+        judged = self.count("killed") + len(self.gaps)
         return self.count("killed") / judged if judged else None
+
+
+@dataclass(frozen=True)
+class Equivalent:
+    change: str  # the mutant's changed line(s), as changed_lines() reads them from its diff
+    why: str
+
+
+def changed_lines(diff: str) -> str:
+    """The lines a mutant's diff adds, stripped: what an explanation names, so that one written
+    for a mutant whose number now belongs to another change no longer applies."""
+    added = [line[1:] for line in diff.splitlines() if line.startswith("+")]
+    return "\n".join(line.strip() for line in added if not line.startswith("++"))
+
+
+def load_equivalents(path: Path) -> dict[str, Equivalent]:
+    """equivalent.toml: a table per mutant name with `change` and `why`; ValueError naming
+    the file and the entry that is not."""
+    if not path.is_file():
+        return {}
+    try:
+        tables = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"{path}: not TOML ({error})") from None
+    explained = {}
+    for name, entry in tables.items():
+        if not (
+            isinstance(entry, dict)
+            and entry.keys() == {"change", "why"}
+            and all(isinstance(v, str) and v.strip() for v in entry.values())
+        ):
+            raise ValueError(f"{path}: [{name!r}] wants exactly `change` and `why`, as text")
+        explained[name] = Equivalent(entry["change"].strip(), entry["why"].strip())
+    return explained
+
+
+def explain(results: list[ModuleResult], equivalents: dict[str, Equivalent]) -> list[str]:
+    """Mark each survivor an explanation fits as equivalent; the names of the explanations
+    that no longer fit their survivor's change (stale: the mutant is a gap again)."""
+    stale = []
+    for result in results:
+        result.equivalent = {}
+        for name, diff in result.diffs.items():
+            if name not in equivalents:
+                continue
+            if equivalents[name].change == changed_lines(diff):
+                result.equivalent[name] = equivalents[name].why
+            else:
+                stale.append(name)
+    return stale
 
 
 def mutate(reference: str, modules: list[str], workdir: Path, jobs: int) -> list[ModuleResult]:
@@ -113,20 +175,31 @@ def _read(project: Path, package: str, module: str, env: dict[str, str]) -> Modu
     return result
 
 
-def as_markdown(reference: str, results: list[ModuleResult], header: list[str]) -> str:
-    """The report: a row per module, the run each comes from, then every survivor's diff."""
+def as_markdown(
+    reference: str, results: list[ModuleResult], header: list[str], stale: list[str]
+) -> str:
+    """The report: a row per module, the run each comes from, then every survivor's diff:
+    the gaps first, then the equivalent mutants with their reasons."""
     lines = [f"# Mutation testing: {reference}", "", *header, ""]
-    lines += ["| module | mutants | killed | survived | timeout | no tests | kill rate |"]
-    lines += ["|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [
+        "| module | mutants | killed | survived | equivalent | timeout | no tests | kill rate |"
+    ]
+    lines += ["|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         rate = "-" if r.kill_rate is None else f"{r.kill_rate:.0%}"
-        counts = [len(r.statuses), *(r.count(s) for s in ("killed", "survived", "timeout"))]
-        counts.append(r.count("no tests"))
+        counts = [len(r.statuses), r.count("killed"), len(r.gaps), len(r.equivalent)]
+        counts += [r.count("timeout"), r.count("no tests")]
         lines.append(f"| {r.module} | {' | '.join(map(str, counts))} | {rate} |")
     lines += ["", "Runs:", ""] + [f"- {r.module}: {r.run}" for r in results]
+    if stale:
+        lines += ["", f"Explanations in {EQUIVALENTS} of another change than the mutant's now:"]
+        lines += [""] + [f"- `{name}`" for name in sorted(stale)]
     for r in results:
-        for name, diff in sorted(r.diffs.items()):
-            lines += ["", f"## Survivor `{name}`", "", "```diff", diff, "```"]
+        for name in r.gaps:
+            lines += ["", f"## Survivor `{name}`", "", "```diff", r.diffs[name], "```"]
+    for r in results:
+        for name, why in sorted(r.equivalent.items()):
+            lines += ["", f"## Equivalent `{name}`", "", why, "", "```diff", r.diffs[name], "```"]
     return "\n".join(lines) + "\n"
 
 

@@ -74,8 +74,8 @@ def test_the_report_counts_each_status_and_shows_each_survivor(tmp_path, monkeyp
     assert (result.count("killed"), result.count("survived"), result.count("timeout")) == (1, 1, 1)
     assert result.kill_rate == pytest.approx(1 / 2)  # a timeout is to run again, not a kill
     result.run = "the run"
-    report = mutation.as_markdown("tabular_regression", [result], ["a header line"])
-    assert "| average | 4 | 1 | 1 | 1 | 1 | 50% |" in report and "- average: the run" in report
+    report = mutation.as_markdown("tabular_regression", [result], ["a header line"], [])
+    assert "| average | 4 | 1 | 1 | 0 | 1 | 1 | 50% |" in report and "- average: the run" in report
     assert "## Survivor `pkg.average.x_f__mutmut_2`" in report and "+ a - b" in report
     assert mutation.ModuleResult("none").kill_rate is None  # nothing judged: no rate
 
@@ -87,3 +87,74 @@ def test_a_later_run_replaces_its_modules_and_keeps_the_others() -> None:
     merged = mutation.merged(mutation.as_json(first), later)
     assert [(r.module, r.run) for r in merged] == [("average", "later"), ("state", "first")]
     assert merged[0].diffs == {} and merged[1].statuses == {"m1": "killed"}
+
+
+SURVIVOR = "--- a.py\n+++ a.py\n@@ -1 +1 @@\n-    x = f(a, b)\n+    x = f(a, None)\n"
+
+
+def test_an_explained_survivor_is_equivalent_until_its_change_is_another(tmp_path) -> None:
+    result = mutation.ModuleResult("state", {"m1": "killed", "m2": "survived", "m3": "survived"})
+    result.diffs = {"m2": SURVIVOR, "m3": SURVIVOR}
+    assert mutation.changed_lines(SURVIVOR) == "x = f(a, None)"
+    fits = mutation.Equivalent("x = f(a, None)", "b is unused here")
+    assert mutation.explain([result], {"m2": fits}) == []
+    assert result.equivalent == {"m2": "b is unused here"} and result.gaps == ["m3"]
+    assert result.kill_rate == pytest.approx(1 / 2)  # equivalents aside
+    report = mutation.as_markdown("tabular_regression", [result], [], [])
+    assert "| state | 3 | 1 | 1 | 1 | 0 | 0 | 50% |" in report
+    assert report.index("## Survivor `m3`") < report.index("## Equivalent `m2`")
+    assert "b is unused here" in report
+    # Renumbered: the name now belongs to another change, so it is a gap again, and said.
+    stale = mutation.explain([result], {"m2": mutation.Equivalent("x = f(None, b)", "why")})
+    assert stale == ["m2"] and result.equivalent == {} and result.gaps == ["m2", "m3"]
+    assert "- `m2`" in mutation.as_markdown("tabular_regression", [result], [], stale)
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('["m1"]\nchange = "x"\n', "wants exactly `change` and `why`"),
+        ('["m1"]\nchange = "x"\nwhy = " "\n', "wants exactly `change` and `why`"),
+        ("[m1\n", "not TOML"),
+    ],
+)
+def test_a_bad_explanation_file_is_refused_before_the_run(tmp_path, capsys, text, said) -> None:
+    (tmp_path / mutation.EQUIVALENTS).write_text(text)
+    argv = ["mutate", "tabular_regression", "--report", str(tmp_path)]
+    assert main([*argv, "--workdir", str(tmp_path / "w")]) == 2
+    err = capsys.readouterr().err
+    assert said in err and mutation.EQUIVALENTS in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "w").exists()
+
+
+def test_rewrite_applies_the_explanations_to_the_report_without_a_run(tmp_path) -> None:
+    earlier = [mutation.ModuleResult("state", {"m1": "killed", "m2": "survived"}, run="first")]
+    earlier[0].diffs = {"m2": SURVIVOR}
+    (tmp_path / "tabular_regression.json").write_text(json.dumps(mutation.as_json(earlier)))
+    (tmp_path / mutation.EQUIVALENTS).write_text(
+        '["m2"]\nchange = "x = f(a, None)"\nwhy = "b is unused here"\n'
+    )
+    argv = ["mutate", "tabular_regression", "--rewrite", "--report", str(tmp_path)]
+    assert main([*argv, "--workdir", str(tmp_path / "w")]) == 0
+    report = (tmp_path / "tabular_regression.md").read_text()
+    assert "| state | 2 | 1 | 0 | 1 | 0 | 0 | 100% |" in report and "- state: first" in report
+    assert not (tmp_path / "w").exists()
+
+
+def test_rewrite_without_a_report_is_refused(tmp_path, capsys) -> None:
+    argv = ["mutate", "tabular_regression", "--rewrite", "--report", str(tmp_path)]
+    assert main(argv) == 2
+    assert "no report to rewrite" in capsys.readouterr().err
+
+
+def test_the_committed_explanations_fit_the_committed_reports() -> None:
+    """Every explanation in docs/mutation names a survivor of a committed report, with the
+    change that survivor's diff shows: none is stale, none explains a killed mutant."""
+    equivalents = mutation.load_equivalents(mutation.REPORT_DIR / mutation.EQUIVALENTS)
+    diffs = {}
+    for report in mutation.REPORT_DIR.glob("*.json"):
+        for entry in json.loads(report.read_text()).values():
+            diffs |= entry["survivors"]
+    for name, equivalent in equivalents.items():
+        assert name in diffs, f"{name}: explained but not a survivor of any report"
+        assert mutation.changed_lines(diffs[name]) == equivalent.change, name
