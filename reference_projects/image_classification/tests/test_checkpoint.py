@@ -5,6 +5,7 @@ line."""
 import contextlib
 import io
 import os
+import re
 import resource
 import signal
 import zipfile
@@ -274,7 +275,8 @@ def test_a_full_disk_at_the_end_keeps_the_checkpoints_and_the_rerun_saves_the_mo
 
 def test_checkpoint_of_another_model_names_the_mismatched_keys(trained, short_run):
     accepted = ("--resume_changed", "true")  # past the resume guard, which refuses it first
-    with pytest.raises(SystemExit, match="does not fit this model.*shape"):
+    newest = re.escape(str(find_resume_checkpoint(trained / "checkpoints")[0]))
+    with pytest.raises(SystemExit, match=f"checkpoint '{newest}' does not fit this model.*shape"):
         main(short_run("--width", "16", "--max_steps", "9", *accepted))
 
 
