@@ -6,7 +6,9 @@ import ast
 import re
 from pathlib import Path
 
+import jinja2
 import pytest
+import yaml
 
 from generator import REPO_ROOT
 from generator.answers import load_space
@@ -81,16 +83,24 @@ def public_interface(source: str) -> dict[str, list[str]]:
     return interface
 
 
-def test_each_precision_renders_precision_py_with_one_interface(tmp_path: Path) -> None:
+def test_each_precision_renders_precision_py_with_one_interface() -> None:
     """The loop calls precision.py the same whatever the answer: fp16's version adds a
-    gradient scaler behind the interface of the others, and nothing else differs."""
-    space = load_space()
+    gradient scaler behind the interface of the others. The files are rendered with
+    copier.yml's Jinja settings (a whole project per answer would cost seconds each)."""
+    envops = yaml.safe_load((REPO_ROOT / "copier.yml").read_text(encoding="utf-8"))["_envops"]
+    settings = {key: envops[key] for key in ("trim_blocks", "lstrip_blocks")}
+    environment = jinja2.Environment(**settings, undefined=jinja2.StrictUndefined)
+    versions = {path.name: path for path in SRC_TEMPLATE.glob("*precision.py*")}
+    assert len(versions) == 2, versions  # fp16's, and the one of no and bf16
     interfaces = {}
-    with many_renders():
-        for precision in ("no", "bf16", "fp16"):
-            project = render(space.defaults() | {"mixed_precision": precision}, tmp_path / precision)
-            source = (project / "src" / package_of(project) / "precision.py").read_text()
-            interfaces[precision] = public_interface(source)
+    for precision in ("no", "bf16", "fp16"):
+        (path,) = [
+            p for name, p in versions.items() if ('== "fp16"' in name) == (precision == "fp16")
+        ]
+        source = environment.from_string(path.read_text(encoding="utf-8")).render(
+            mixed_precision=precision
+        )
+        interfaces[precision] = public_interface(source)
     assert interfaces["no"] == interfaces["bf16"] == interfaces["fp16"], interfaces
     assert {"build_adamw", "prepare", "StepPrecision"} <= interfaces["no"].keys()
 
