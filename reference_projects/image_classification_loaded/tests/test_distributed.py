@@ -231,6 +231,17 @@ def test_two_processes_with_half_the_batch_match_one_with_all(launched, one_proc
     assert_close_runs(two, one)
 
 
+def test_two_processes_train_exactly_as_one_accumulating_their_halves(launched, one_process):
+    """The same global batch, bit for bit in any precision: 1 process that accumulates the
+    two halves the 2 processes train on runs the same micro-batches, scales each gradient
+    by 1/2 (exact in any float format) and adds the two, which is the same sum in either
+    order. A run whose processes did not average their gradients would end percents away.
+    Only evaluation, which sums each process's share first, may differ in rounding."""
+    root, _ = launched
+    one = one_process("halves", "--batch_size", str(HALF_BATCH), "--grad_accum_steps", "2")
+    assert_close_runs(root / "whole", one, rtol=1e-6, weights_rtol=0.0)
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="2 processes on GPUs need 2 GPUs")
 def test_two_gpus_with_half_the_batch_match_one_with_all(tmp_path, one_process, embedded_args):
     """The same on GPUs, over NCCL, with deterministic kernels: what is left between the

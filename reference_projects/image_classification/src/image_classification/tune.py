@@ -21,7 +21,8 @@ from .config import ConfigError, TrainConfig, load_config
 from .data import build_datasets
 from .loaders import DataError, TensorData, build_loaders, resolve_num_workers
 from .model import build_model
-from .optim import TrainStep, build_optimizer, prepare
+from .optim import TrainStep, build_optimizer
+from .precision import prepare
 from .utils.cli import Parser, at_least, listed
 from .utils.monitor import LogWindow, TrainingClock
 from .utils.processes import start_accelerator

@@ -22,11 +22,12 @@ from . import task
 from .average import weight_average
 from .checkpoint import CheckpointError, Progress
 from .config import ConfigError, TrainConfig, apply_fast_dev_run, load_config
-from .data import build_datasets
+from .data import Preprocess, build_datasets
 from .evaluate import early_stopping, evaluate
-from .loaders import DataError, build_loaders
+from .loaders import DataError, Datasets, build_loaders
 from .model import build_model
-from .optim import FEW_STEPS, TrainStep, build_optimizer, prepare
+from .optim import FEW_STEPS, TrainStep, build_optimizer
+from .precision import prepare
 from .resume import resume_point
 from .state import TrainingState
 from .utils.files import DiskFull
@@ -150,6 +151,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             if progress.step % cfg.log_every == 0 or last_step:
                 record = window.close(progress.epoch, grad_norm, lr)
                 record |= task.token_rates(record["samples_per_s"], raw_model, cfg, device)
+                record |= train_step.precision.log_fields()  # fp16: the skipped steps
                 metrics_log.write(record)
                 report.show(progress.step, record)
                 throughput.logged(record["samples"])
@@ -181,6 +183,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     summary = _summary(progress, eval_metrics, baseline_value, batches_per_epoch, throughput)
     summary["stopped_early"] = stopping.stops(progress)
     summary |= task.token_rates(summary["samples_per_s"], raw_model, cfg, device)
+    summary |= train_step.precision.log_fields()
     on_main_process(
         accelerator, lambda: finish_run_folder(cfg, average.module, datasets.preprocess, summary)
     )
@@ -193,7 +196,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def _model_on_device(
-    cfg: TrainConfig, preprocess: Any, accelerator: Accelerator
+    cfg: TrainConfig, preprocess: Preprocess, accelerator: Accelerator
 ) -> tuple[nn.Module, nn.Module]:
     """The model on the device: the one to train, and the one to save and evaluate (as built,
     whatever prepare() wraps the first in)."""
@@ -250,7 +253,9 @@ def _due(every: int, step: int, end_of_epoch: bool) -> bool:
     return step % every == 0 if every else end_of_epoch
 
 
-def _describe(cfg: TrainConfig, datasets: Any, accelerator: Accelerator, total_steps: int) -> str:
+def _describe(
+    cfg: TrainConfig, datasets: Datasets, accelerator: Accelerator, total_steps: int
+) -> str:
     processes = accelerator.num_processes
     batch = cfg.batch_size * processes * cfg.grad_accum_steps
     return (

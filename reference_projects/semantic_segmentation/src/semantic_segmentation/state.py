@@ -31,14 +31,13 @@ from .utils.processes import on_main_process
 @dataclass
 class TrainingState:
     """Everything a step changes besides the progress: weights and their average, optimizer
-    state, random streams."""
+    state, random streams, and what the mixed precision keeps (a gradient scaler's state)."""
 
     cfg: TrainConfig
     accelerator: Accelerator
     model: nn.Module  # uncompiled and unwrapped: its state_dict loads without either
     data_generator: torch.Generator
-    # The optimizer and the weights' average
-    train_step: TrainStep
+    train_step: TrainStep  # the optimizer, the weights' average and the step's precision
 
     def save(
         self, progress: Progress, window: LogWindow, data_fingerprint: str, is_best: bool
@@ -49,6 +48,7 @@ class TrainingState:
             MODEL: self.model.state_dict(),
             AVERAGE: self.train_step.average.state_dict(),  # empty without ema_decay
             OPTIMIZER: self.train_step.optimizer.state_dict(),
+            **self.train_step.precision.state_dict(),  # fp16: the scaler and its skipped steps
             CONFIG: asdict(self.cfg),
             DATA: data_fingerprint,
             RNG: gather_rng_states(self.data_generator),  # one per process
@@ -66,5 +66,6 @@ class TrainingState:
         load_model_state(self.model, state[MODEL], path)
         self.train_step.average.load_state_dict(state.get(AVERAGE, {}))
         self.train_step.optimizer.load_state_dict(state[OPTIMIZER])
+        self.train_step.precision.load_state_dict(state)
         restore_rng_states(state[RNG], self.accelerator, self.data_generator)
         state.clear()

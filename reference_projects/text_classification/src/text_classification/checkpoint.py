@@ -40,14 +40,13 @@ log = logging.getLogger(__name__)
 MODEL = "model"
 AVERAGE = "average"  # the weights' moving average (average.py); empty without one
 OPTIMIZER = "optimizer"
-SCALER = "scaler"
-SKIPPED_STEPS = "skipped_steps"  # the steps a gradient scaler skipped, where one runs
 PROGRESS = "progress"
 RNG = "rng"  # a list: one entry per process, in rank order
 CONFIG = "config"
 DATA = "data_fingerprint"
 FORMAT = "format"
 DATA_GENERATOR = "data_generator"  # key of the loader generator's state in an RNG entry
+# precision.py adds the entries of what it keeps (fp16: the scaler's state, skipped steps).
 
 # 1: before checkpoints had FORMAT (one process stored RNG as a dict); 2: one RNG layout for
 # any number of processes; 3: progress counts stale evaluations (early stopping), and the
