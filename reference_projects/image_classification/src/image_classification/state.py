@@ -48,7 +48,7 @@ class TrainingState:
             MODEL: self.model.state_dict(),
             AVERAGE: self.train_step.average.state_dict(),  # empty without ema_decay
             OPTIMIZER: self.train_step.optimizer.state_dict(),
-            **self.train_step.precision.state_dict(),  # fp16: the scaler and its skipped steps
+            **self.train_step.precision.state_dict(),  # what the precision keeps, if anything
             CONFIG: asdict(self.cfg),
             DATA: data_fingerprint,
             RNG: gather_rng_states(self.data_generator),  # one per process

@@ -3,8 +3,8 @@ fp32 outputs (Accelerate wraps it), so the loss is computed in fp32, as autocast
 it. bf16 keeps fp32's range, so no gradient overflows and no scaler is needed: a step is
 clipped and taken as in fp32.
 
-fp16's version of this module (a render with mixed_precision=fp16) has the same interface
-and adds a gradient scaler; the training loop reads the same with either.
+Each mixed_precision answer renders its own version of this module, with this interface,
+so the training loop reads the same with any.
 """
 
 import torch

@@ -151,7 +151,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             if progress.step % cfg.log_every == 0 or last_step:
                 record = window.close(progress.epoch, grad_norm, lr)
                 record |= task.token_rates(record["samples_per_s"], raw_model, cfg, device)
-                record |= train_step.precision.log_fields()  # fp16: the skipped steps
+                record |= train_step.precision.log_fields()  # the precision's counts, if any
                 metrics_log.write(record)
                 report.show(progress.step, record)
                 throughput.logged(record["samples"])
@@ -253,13 +253,11 @@ def _due(every: int, step: int, end_of_epoch: bool) -> bool:
     return step % every == 0 if every else end_of_epoch
 
 
-def _describe(
-    cfg: TrainConfig, datasets: Datasets, accelerator: Accelerator, total_steps: int
-) -> str:
+def _describe(cfg: TrainConfig, data: Datasets, accelerator: Accelerator, steps: int) -> str:
     processes = accelerator.num_processes
     batch = cfg.batch_size * processes * cfg.grad_accum_steps
     return (
-        f"{len(datasets.train)} train / {len(datasets.val)} val samples, {total_steps} steps "
+        f"{len(data.train)} train / {len(data.val)} val samples, {steps} steps "
         f"of {batch} samples (batch_size {cfg.batch_size} x {processes} processes x "
         f"grad_accum_steps {cfg.grad_accum_steps}); lr is not scaled with the batch"
     )

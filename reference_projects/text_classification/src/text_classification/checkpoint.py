@@ -46,7 +46,7 @@ CONFIG = "config"
 DATA = "data_fingerprint"
 FORMAT = "format"
 DATA_GENERATOR = "data_generator"  # key of the loader generator's state in an RNG entry
-# precision.py adds the entries of what it keeps (fp16: the scaler's state, skipped steps).
+# precision.py adds the entries of what it keeps, where the precision keeps anything.
 
 # 1: before checkpoints had FORMAT (one process stored RNG as a dict); 2: one RNG layout for
 # any number of processes; 3: progress counts stale evaluations (early stopping), and the

@@ -1,8 +1,8 @@
 """Mixed precision: none. The model trains in fp32: no autocast, no gradient scaler, and a
 step is clipped and taken as it is.
 
-A render with mixed_precision=bf16 or fp16 has its own version of this module, with the same
-interface (fp16's adds a gradient scaler); the training loop reads the same with any.
+Each mixed_precision answer renders its own version of this module, with this interface,
+so the training loop reads the same with any.
 """
 
 import torch
