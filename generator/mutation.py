@@ -26,8 +26,8 @@ from generator.render import package_of
 REPORT_DIR = REPO_ROOT / "docs" / "mutation"
 # Survivors that change no behaviour, each with its reason and the changed line(s) it is of.
 EQUIVALENTS = "equivalent.toml"
-# The rendered core, as issue 48 names it: what decides a step, a checkpoint and a resume.
-CORE = ("optim", "loaders", "checkpoint", "evaluate", "average", "resume", "state")
+# The rendered core: what decides a step, a checkpoint and a resume.
+CORE = ("optim", "precision", "loaders", "checkpoint", "evaluate", "average", "resume", "state")
 # Left to the whole-sweep tests' own runs: minutes of trials each, for functions the rest of
 # the suite reaches in-process.
 PYTEST_ARGS = ["-p", "no:cacheprovider", "-m", "not sweep", "-q"]

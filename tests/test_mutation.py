@@ -18,7 +18,7 @@ from generator.references import REFERENCES_DIR
     [
         (["nope"], "no reference project named 'nope'; choose from: image_classification"),
         (["tabular_regression", "--modules", "optim,nosuch"], "has no src/tabular_regression/"),
-        (["tabular_regression", "--modules", ","], "choose from: optim, loaders"),
+        (["tabular_regression", "--modules", ","], "choose from: optim, precision, loaders"),
     ],
 )
 def test_bad_arguments_are_one_line_and_run_nothing(argv, said, tmp_path, capsys) -> None:
