@@ -10,6 +10,7 @@ to be killed by a new test or explained as equivalent (docs/mutation/README.md).
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -186,7 +187,7 @@ def as_markdown(
     ]
     lines += ["|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
-        rate = "-" if r.kill_rate is None else f"{r.kill_rate:.0%}"
+        rate = "-" if r.kill_rate is None else percent_down(r.kill_rate)
         counts = [len(r.statuses), r.count("killed"), len(r.gaps), len(r.equivalent)]
         counts += [r.count("timeout"), r.count("no tests")]
         lines.append(f"| {r.module} | {' | '.join(map(str, counts))} | {rate} |")
@@ -201,6 +202,11 @@ def as_markdown(
         for name, why in sorted(r.equivalent.items()):
             lines += ["", f"## Equivalent `{name}`", "", why, "", "```diff", r.diffs[name], "```"]
     return "\n".join(lines) + "\n"
+
+
+def percent_down(rate: float) -> str:
+    """A whole percentage, rounded down: a module with a survivor never reads 100%."""
+    return f"{math.floor(round(rate * 100, 9))}%"  # 0.29 * 100 is 28.999999999999996
 
 
 def as_json(results: list[ModuleResult]) -> dict:

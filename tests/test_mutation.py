@@ -158,3 +158,12 @@ def test_the_committed_explanations_fit_the_committed_reports() -> None:
     for name, equivalent in equivalents.items():
         assert name in diffs, f"{name}: explained but not a survivor of any report"
         assert mutation.changed_lines(diffs[name]) == equivalent.change, name
+
+
+def test_a_kill_rate_is_rounded_down_so_a_survivor_never_reads_100_percent():
+    assert [mutation.percent_down(rate) for rate in (262 / 263, 1.0, 0.899, 0.29)] == [
+        "99%",
+        "100%",
+        "89%",
+        "29%",
+    ]
