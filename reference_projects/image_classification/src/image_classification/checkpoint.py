@@ -128,7 +128,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     except Exception as error:  # truncated or corrupt files raise many different errors
         reason = first_line(error, 120)
         raise CheckpointError(f"checkpoint '{path}' is unreadable ({reason})") from None
-    if not isinstance(payload, dict) or not {MODEL, PROGRESS} <= payload.keys():
+    if not _is_training_checkpoint(payload):
         raise CheckpointError(f"checkpoint '{path}' is not a training checkpoint of this project")
     version = payload.get(FORMAT, 1)
     if version not in range(1, FORMAT_VERSION + 1):
@@ -137,6 +137,14 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
             f"1 to {FORMAT_VERSION}: update the project (copier update) to read it"
         )
     return _upgrade(payload)
+
+
+def _is_training_checkpoint(payload: Any) -> bool:
+    """Whether `payload` has what every version holds: the model, the progress and the random
+    states (version 1 of one process: a dict, with the loader generator's beside it)."""
+    if not isinstance(payload, dict) or not {MODEL, PROGRESS, RNG} <= payload.keys():
+        return False
+    return not isinstance(payload[RNG], dict) or DATA_GENERATOR in payload
 
 
 def _upgrade(payload: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from torch import nn
 
 from . import task
 from .average import NoAverage, WeightAverage
+from .backbone import backbone_frozen, optimizer_groups, thaw_backbone
 from .config import TrainConfig
 from .precision import StepPrecision, build_adamw
 from .utils.monitor import LogWindow
@@ -29,29 +30,8 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer
     ever sees the parameters that require gradients now.
     """
     trainable = [p for p in model.parameters() if p.requires_grad]
-    # A pretrained backbone learns at backbone_lr_scale times the rate of the new head, whose
-    # weights start from random; while frozen (freeze_backbone_steps), it is not here at all.
-    backbone = model.backbone_parameters() if cfg.pretrained is not None else set()
-    groups = parameter_groups([p for p in trainable if p not in backbone], cfg, 1.0)
-    unfrozen = [p for p in trainable if p in backbone]
-    groups += parameter_groups(unfrozen, cfg, cfg.backbone_lr_scale) if unfrozen else []
+    groups = optimizer_groups(model, trainable, cfg)  # a pretrained backbone's apart
     return build_adamw(groups, cfg)  # fused or not, as the precision's scaler allows
-
-
-def parameter_groups(params: list[nn.Parameter], cfg: TrainConfig, lr_scale: float) -> list[dict]:
-    """Two AdamW groups of `params`: weights decay, biases and norm weights (1-D) do not.
-    Each group's lr_scale multiplies the scheduled learning rate (TrainStep)."""
-    decay, no_decay = [p for p in params if p.ndim >= 2], [p for p in params if p.ndim < 2]
-    return [
-        {"params": decay, "weight_decay": cfg.weight_decay, "lr_scale": lr_scale},
-        {"params": no_decay, "weight_decay": 0.0, "lr_scale": lr_scale},
-    ]
-
-
-def backbone_frozen(cfg: TrainConfig, step: int) -> bool:
-    """Whether a pretrained backbone is frozen when `step` steps are done: the first
-    freeze_backbone_steps, while the new head learns from the backbone as it came."""
-    return cfg.pretrained is not None and step < cfg.freeze_backbone_steps
 
 
 def learning_rate(step: int, cfg: TrainConfig, total_steps: int) -> float:
@@ -122,16 +102,8 @@ class TrainStep:
         self.average.update()  # NoAverage: nothing
         self.precision.count_skipped(self.optimizer)  # a gradient scaler's, where one runs
         if self.frozen and not backbone_frozen(self.cfg, step + 1):
-            self.thaw_backbone()  # before the checkpoint of this step, which then holds it
+            # before the checkpoint of this step, which then holds it
+            self.model = thaw_backbone(self.model, self.optimizer, self.cfg)
+            self.frozen = False
         window.end_step()
         return grad_norm, lr
-
-    def thaw_backbone(self) -> None:
-        """The end of freeze_backbone_steps: the backbone requires gradients again and joins
-        the optimizer, in the groups build_optimizer gives it when it is not frozen."""
-        frozen = [p for p in self.model.parameters() if not p.requires_grad]
-        for parameter in frozen:
-            parameter.requires_grad_(True)
-        for param_group in parameter_groups(frozen, self.cfg, self.cfg.backbone_lr_scale):
-            self.optimizer.add_param_group(param_group)
-        self.frozen = False

@@ -20,13 +20,14 @@ from torch import nn
 
 from . import task
 from .average import weight_average
+from .backbone import backbone_frozen
 from .checkpoint import CheckpointError, Progress
 from .config import ConfigError, TrainConfig, apply_fast_dev_run, load_config
 from .data import Preprocess, build_datasets
 from .evaluate import early_stopping, evaluate
 from .loaders import DataError, Datasets, build_loaders
 from .model import build_model
-from .optim import FEW_STEPS, TrainStep, backbone_frozen, build_optimizer
+from .optim import FEW_STEPS, TrainStep, build_optimizer
 from .precision import prepare
 from .resume import resume_point
 from .state import TrainingState
