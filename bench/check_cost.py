@@ -45,6 +45,12 @@ def check(label: str, extra: Sequence[str], args: argparse.Namespace, tmp: Path)
         "cpu_s": written["cpu_s"],
         "cpu_s_per_combination": written["cpu_s"] / count,
         "stage_s": _stage_totals(written["results"]),
+        # what a failed combination says, so a failure is read from the result alone
+        "failures": [
+            f"{r['slug']}: {r['failed_stage']} stage: {r['log_tail'][-1000:]}"
+            for r in written["results"]
+            if not r["ok"]
+        ],
     }
 
 

@@ -108,7 +108,7 @@ def test_check_cost(tmp_path: Path) -> None:
     result = json.loads(out.read_text(encoding="utf-8"))
     assert result["benchmark"] == "check_cost"
     for run in (result["server_cold_cache"], result["server"], result["no_server"]):
-        assert run["combinations"] == run["passed"] == 1
+        assert run["combinations"] == run["passed"] == 1, run["failures"]
         assert run["cpu_s_per_combination"] > 0
         assert set(run["stage_s"]) == {"render", "lint", "train", "resume", "export"}
     assert result["cpu_ratio"] > 0
