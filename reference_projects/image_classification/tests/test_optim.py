@@ -11,7 +11,12 @@ from torch import nn
 
 from image_classification import task
 from image_classification.config import load_config
-from image_classification.optim import TrainStep, build_optimizer, learning_rate, warmup_cosine
+from image_classification.optim import (
+    TrainStep,
+    build_optimizer,
+    learning_rate,
+    warmup_cosine,
+)
 from image_classification.precision import StepPrecision, prepare
 from image_classification.utils.monitor import LogWindow, TrainingClock
 

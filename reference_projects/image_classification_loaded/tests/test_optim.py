@@ -11,7 +11,12 @@ from torch import nn
 
 from image_classification_loaded import task
 from image_classification_loaded.config import load_config
-from image_classification_loaded.optim import TrainStep, build_optimizer, learning_rate, warmup_cosine
+from image_classification_loaded.optim import (
+    TrainStep,
+    build_optimizer,
+    learning_rate,
+    warmup_cosine,
+)
 from image_classification_loaded.precision import StepPrecision, prepare
 from image_classification_loaded.utils.monitor import LogWindow, TrainingClock
 

@@ -11,7 +11,12 @@ from torch import nn
 
 from language_modeling import task
 from language_modeling.config import load_config
-from language_modeling.optim import TrainStep, build_optimizer, learning_rate, warmup_cosine
+from language_modeling.optim import (
+    TrainStep,
+    build_optimizer,
+    learning_rate,
+    warmup_cosine,
+)
 from language_modeling.precision import StepPrecision, prepare
 from language_modeling.utils.monitor import LogWindow, TrainingClock
 

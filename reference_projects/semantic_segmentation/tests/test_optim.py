@@ -11,7 +11,12 @@ from torch import nn
 
 from semantic_segmentation import task
 from semantic_segmentation.config import load_config
-from semantic_segmentation.optim import TrainStep, build_optimizer, learning_rate, warmup_cosine
+from semantic_segmentation.optim import (
+    TrainStep,
+    build_optimizer,
+    learning_rate,
+    warmup_cosine,
+)
 from semantic_segmentation.precision import StepPrecision, prepare
 from semantic_segmentation.utils.monitor import LogWindow, TrainingClock
 

@@ -11,7 +11,12 @@ from torch import nn
 
 from tabular_regression import task
 from tabular_regression.config import load_config
-from tabular_regression.optim import TrainStep, build_optimizer, learning_rate, warmup_cosine
+from tabular_regression.optim import (
+    TrainStep,
+    build_optimizer,
+    learning_rate,
+    warmup_cosine,
+)
 from tabular_regression.precision import StepPrecision, prepare
 from tabular_regression.utils.monitor import LogWindow, TrainingClock
 

@@ -11,7 +11,12 @@ from torch import nn
 
 from text_classification import task
 from text_classification.config import load_config
-from text_classification.optim import TrainStep, build_optimizer, learning_rate, warmup_cosine
+from text_classification.optim import (
+    TrainStep,
+    build_optimizer,
+    learning_rate,
+    warmup_cosine,
+)
 from text_classification.precision import StepPrecision, prepare
 from text_classification.utils.monitor import LogWindow, TrainingClock
 
