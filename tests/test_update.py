@@ -312,7 +312,7 @@ def test_changing_an_answer_adds_its_files_and_keeps_user_code(
     template_repo: Path, tmp_path: Path
 ) -> None:
     project = render_release(template_repo, tmp_path / "project", tracker="none")
-    tracking = source(project, "utils/tracking.py")
+    tracking = source(project, "tracking.py")
     assert not tracking.exists()
     replace_docstring_opening(source(project, "model.py"), MODEL_USER)
     commit_all(project, "User edits the model")

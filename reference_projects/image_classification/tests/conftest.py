@@ -11,8 +11,8 @@ from accelerate.state import AcceleratorState, GradientState, PartialState
 from calls import EXACT, as_arguments
 
 from image_classification.config import load_config
+from image_classification.run_folder import records
 from image_classification.train import main as train
-from image_classification.utils import records
 
 # The task's data for the tests: the embedded data's arguments, small datasets in the
 # user's format (tests/data_fixtures.py).

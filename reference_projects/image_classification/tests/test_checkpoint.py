@@ -27,8 +27,8 @@ from image_classification.loaders import (
     SHUFFLE_BEFORE_FORMAT_5,
     EpochBatchSampler,
 )
+from image_classification.run_folder import records
 from image_classification.train import main
-from image_classification.utils import records
 from image_classification.utils.files import atomic_write
 
 

@@ -17,10 +17,10 @@ from huggingface_hub import ModelCard
 from PIL import Image
 
 from image_classification import state, train
+from image_classification.run_folder import records
+from image_classification.run_folder.model_card import HUB_TASK
+from image_classification.run_folder.records import git_state, run_info
 from image_classification.train import main
-from image_classification.utils import records
-from image_classification.utils.model_card import HUB_TASK
-from image_classification.utils.records import git_state, run_info
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 RUN_FIELDS = {

@@ -11,8 +11,8 @@ from accelerate.state import AcceleratorState, GradientState, PartialState
 from calls import EXACT, as_arguments
 
 from image_classification_loaded.config import load_config
+from image_classification_loaded.run_folder import records
 from image_classification_loaded.train import main as train
-from image_classification_loaded.utils import records
 
 # The task's data for the tests: the embedded data's arguments, small datasets in the
 # user's format (tests/data_fixtures.py).

@@ -27,8 +27,8 @@ from image_classification_loaded.loaders import (
     SHUFFLE_BEFORE_FORMAT_5,
     EpochBatchSampler,
 )
+from image_classification_loaded.run_folder import records
 from image_classification_loaded.train import main
-from image_classification_loaded.utils import records
 from image_classification_loaded.utils.files import atomic_write
 
 

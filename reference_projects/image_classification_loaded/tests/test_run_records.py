@@ -17,10 +17,10 @@ from huggingface_hub import ModelCard
 from PIL import Image
 
 from image_classification_loaded import state, train
+from image_classification_loaded.run_folder import records
+from image_classification_loaded.run_folder.model_card import HUB_TASK
+from image_classification_loaded.run_folder.records import git_state, run_info
 from image_classification_loaded.train import main
-from image_classification_loaded.utils import records
-from image_classification_loaded.utils.model_card import HUB_TASK
-from image_classification_loaded.utils.records import git_state, run_info
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 RUN_FIELDS = {

@@ -19,9 +19,9 @@ from run_logs import assert_same_end, logged
 
 from image_classification_loaded import task
 from image_classification_loaded.config import load_config
+from image_classification_loaded.search.pruning import PRUNER
 from image_classification_loaded.sweep import PACKAGE, STUDY, main
 from image_classification_loaded.train import main as train
-from image_classification_loaded.utils.pruning import PRUNER
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 SPACE = "lr: {log: [1.0e-3, 1.0e-2]}\ndropout: {float: [0.0, 0.3]}\n"

@@ -11,8 +11,8 @@ from accelerate.state import AcceleratorState, GradientState, PartialState
 from calls import EXACT, as_arguments
 
 from language_modeling.config import load_config
+from language_modeling.run_folder import records
 from language_modeling.train import main as train
-from language_modeling.utils import records
 
 # The task's data for the tests: the embedded data's arguments, small datasets in the
 # user's format (tests/data_fixtures.py).

@@ -27,8 +27,8 @@ from language_modeling.loaders import (
     SHUFFLE_BEFORE_FORMAT_5,
     EpochBatchSampler,
 )
+from language_modeling.run_folder import records
 from language_modeling.train import main
-from language_modeling.utils import records
 from language_modeling.utils.files import atomic_write
 
 

@@ -17,10 +17,10 @@ from huggingface_hub import ModelCard
 from PIL import Image
 
 from language_modeling import state, train
+from language_modeling.run_folder import records
+from language_modeling.run_folder.model_card import HUB_TASK
+from language_modeling.run_folder.records import git_state, run_info
 from language_modeling.train import main
-from language_modeling.utils import records
-from language_modeling.utils.model_card import HUB_TASK
-from language_modeling.utils.records import git_state, run_info
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 RUN_FIELDS = {

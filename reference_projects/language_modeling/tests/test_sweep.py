@@ -19,9 +19,9 @@ from run_logs import assert_same_end, logged
 
 from language_modeling import task
 from language_modeling.config import load_config
+from language_modeling.search.pruning import PRUNER
 from language_modeling.sweep import PACKAGE, STUDY, main
 from language_modeling.train import main as train
-from language_modeling.utils.pruning import PRUNER
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 SPACE = "lr: {log: [1.0e-3, 1.0e-2]}\ndropout: {float: [0.0, 0.3]}\n"

@@ -11,8 +11,8 @@ from accelerate.state import AcceleratorState, GradientState, PartialState
 from calls import EXACT, as_arguments
 
 from semantic_segmentation.config import load_config
+from semantic_segmentation.run_folder import records
 from semantic_segmentation.train import main as train
-from semantic_segmentation.utils import records
 
 # The task's data for the tests: the embedded data's arguments, small datasets in the
 # user's format (tests/data_fixtures.py).

@@ -27,8 +27,8 @@ from semantic_segmentation.loaders import (
     SHUFFLE_BEFORE_FORMAT_5,
     EpochBatchSampler,
 )
+from semantic_segmentation.run_folder import records
 from semantic_segmentation.train import main
-from semantic_segmentation.utils import records
 from semantic_segmentation.utils.files import atomic_write
 
 

@@ -17,10 +17,10 @@ from huggingface_hub import ModelCard
 from PIL import Image
 
 from semantic_segmentation import state, train
+from semantic_segmentation.run_folder import records
+from semantic_segmentation.run_folder.model_card import HUB_TASK
+from semantic_segmentation.run_folder.records import git_state, run_info
 from semantic_segmentation.train import main
-from semantic_segmentation.utils import records
-from semantic_segmentation.utils.model_card import HUB_TASK
-from semantic_segmentation.utils.records import git_state, run_info
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 RUN_FIELDS = {

@@ -19,9 +19,9 @@ from run_logs import assert_same_end, logged
 
 from semantic_segmentation import task
 from semantic_segmentation.config import load_config
+from semantic_segmentation.search.pruning import PRUNER
 from semantic_segmentation.sweep import PACKAGE, STUDY, main
 from semantic_segmentation.train import main as train
-from semantic_segmentation.utils.pruning import PRUNER
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 SPACE = "lr: {log: [1.0e-3, 1.0e-2]}\ndropout: {float: [0.0, 0.3]}\n"

@@ -11,8 +11,8 @@ from accelerate.state import AcceleratorState, GradientState, PartialState
 from calls import EXACT, as_arguments
 
 from tabular_regression.config import load_config
+from tabular_regression.run_folder import records
 from tabular_regression.train import main as train
-from tabular_regression.utils import records
 
 # The task's data for the tests: the embedded data's arguments, small datasets in the
 # user's format (tests/data_fixtures.py).

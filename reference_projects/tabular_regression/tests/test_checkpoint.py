@@ -27,8 +27,8 @@ from tabular_regression.loaders import (
     SHUFFLE_BEFORE_FORMAT_5,
     EpochBatchSampler,
 )
+from tabular_regression.run_folder import records
 from tabular_regression.train import main
-from tabular_regression.utils import records
 from tabular_regression.utils.files import atomic_write
 
 

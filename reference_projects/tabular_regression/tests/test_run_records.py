@@ -17,10 +17,10 @@ from huggingface_hub import ModelCard
 from PIL import Image
 
 from tabular_regression import state, train
+from tabular_regression.run_folder import records
+from tabular_regression.run_folder.model_card import HUB_TASK
+from tabular_regression.run_folder.records import git_state, run_info
 from tabular_regression.train import main
-from tabular_regression.utils import records
-from tabular_regression.utils.model_card import HUB_TASK
-from tabular_regression.utils.records import git_state, run_info
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 RUN_FIELDS = {

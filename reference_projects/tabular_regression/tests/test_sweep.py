@@ -19,9 +19,9 @@ from run_logs import assert_same_end, logged
 
 from tabular_regression import task
 from tabular_regression.config import load_config
+from tabular_regression.search.pruning import PRUNER
 from tabular_regression.sweep import PACKAGE, STUDY, main
 from tabular_regression.train import main as train
-from tabular_regression.utils.pruning import PRUNER
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 SPACE = "lr: {log: [1.0e-3, 1.0e-2]}\ndropout: {float: [0.0, 0.3]}\n"

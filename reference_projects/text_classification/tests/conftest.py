@@ -11,8 +11,8 @@ from accelerate.state import AcceleratorState, GradientState, PartialState
 from calls import EXACT, as_arguments
 
 from text_classification.config import load_config
+from text_classification.run_folder import records
 from text_classification.train import main as train
-from text_classification.utils import records
 
 # The task's data for the tests: the embedded data's arguments, small datasets in the
 # user's format (tests/data_fixtures.py).

@@ -27,8 +27,8 @@ from text_classification.loaders import (
     SHUFFLE_BEFORE_FORMAT_5,
     EpochBatchSampler,
 )
+from text_classification.run_folder import records
 from text_classification.train import main
-from text_classification.utils import records
 from text_classification.utils.files import atomic_write
 
 

@@ -17,10 +17,10 @@ from huggingface_hub import ModelCard
 from PIL import Image
 
 from text_classification import state, train
+from text_classification.run_folder import records
+from text_classification.run_folder.model_card import HUB_TASK
+from text_classification.run_folder.records import git_state, run_info
 from text_classification.train import main
-from text_classification.utils import records
-from text_classification.utils.model_card import HUB_TASK
-from text_classification.utils.records import git_state, run_info
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 RUN_FIELDS = {

@@ -19,9 +19,9 @@ from run_logs import assert_same_end, logged
 
 from text_classification import task
 from text_classification.config import load_config
+from text_classification.search.pruning import PRUNER
 from text_classification.sweep import PACKAGE, STUDY, main
 from text_classification.train import main as train
-from text_classification.utils.pruning import PRUNER
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 SPACE = "lr: {log: [1.0e-3, 1.0e-2]}\ndropout: {float: [0.0, 0.3]}\n"

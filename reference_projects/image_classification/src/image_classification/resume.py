@@ -21,7 +21,7 @@ from .checkpoint import (
     list_checkpoints,
 )
 from .config import RESUME_FREE_FIELDS, TrainConfig
-from .utils.records import METRICS_FILE
+from .run_folder.records import METRICS_FILE
 
 log = logging.getLogger(__name__)
 

@@ -29,19 +29,7 @@ from .loaders import DataError, Datasets, build_loaders
 from .model import build_model
 from .optim import FEW_STEPS, TrainStep, build_optimizer
 from .precision import prepare
-from .resume import resume_point
-from .state import TrainingState
-from .utils.files import DiskFull
-from .utils.folder_lock import refuse_if_in_use, release_run_folder
-from .utils.modules import UnregisteredModuleError, assert_modules_registered
-from .utils.monitor import (
-    Preempted,
-    Throughput,
-    TrainingClock,
-    TrainingDiverged,
-    stopped_at_once,
-)
-from .utils.processes import (
+from .processes import (
     on_main_process,
     open_metrics_log,
     preemption,
@@ -50,7 +38,19 @@ from .utils.processes import (
     start_log_window,
     start_profiler,
 )
-from .utils.records import finish_run_folder, peak_memory_mb, start_run_folder
+from .resume import resume_point
+from .run_folder.folder_lock import refuse_if_in_use, release_run_folder
+from .run_folder.records import finish_run_folder, peak_memory_mb, start_run_folder
+from .state import TrainingState
+from .utils.files import DiskFull
+from .utils.modules import UnregisteredModuleError, assert_modules_registered
+from .utils.monitor import (
+    Preempted,
+    Throughput,
+    TrainingClock,
+    TrainingDiverged,
+    stopped_at_once,
+)
 from .utils.seed import seed_everything
 
 log = logging.getLogger("image_classification")

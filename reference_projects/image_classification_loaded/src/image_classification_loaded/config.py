@@ -37,7 +37,7 @@ class TrainConfig:
     cpu: bool = False  # force the CPU even when a GPU is present
     deterministic: bool = False  # bit-exact GPU runs, at a speed cost (see utils/seed.py)
     # Set by sweep.py: the Optuna trial this run reports its evaluations to, which may prune
-    # it ("TRIAL_ID@STORAGE_URL"); None: not in a sweep (utils/pruning.py)
+    # it ("TRIAL_ID@STORAGE_URL"); None: not in a sweep (search/pruning.py)
     sweep_trial: str | None = None
     # A collective that some process never reaches (a bug, a dead node) fails after this long
     # instead of hanging the job; generous, as the first one waits for every process to start.

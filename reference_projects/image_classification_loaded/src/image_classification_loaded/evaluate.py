@@ -12,8 +12,8 @@ from torch import nn
 from . import task
 from .checkpoint import Progress
 from .config import TrainConfig
-from .utils.distributed import broadcast_buffers, sum_over_processes
-from .utils.pruning import NoPruning, TrialPruning, trial_pruning
+from .distributed import broadcast_buffers, sum_over_processes
+from .search.pruning import NoPruning, TrialPruning, trial_pruning
 
 log = logging.getLogger(__name__)
 

@@ -39,9 +39,9 @@ from .config import ConfigError, TrainConfig, load_config
 from .data import Preprocess
 from .model import build_model
 from .model_folder import ModelFolderError, read_preprocess
+from .run_folder.model_card import write_model_card
 from .utils.cli import Parser
 from .utils.errors import first_line
-from .utils.model_card import write_model_card
 
 # Exported with a batch of 2: torch.export treats sizes 0 and 1 as constants. Verified with
 # other sizes, so an artifact whose batch size was frozen at the example's cannot pass.

@@ -35,12 +35,12 @@ from optuna.trial import TrialState
 
 from . import task
 from .config import ConfigError, TrainConfig, load_config
+from .search.pruning import PRUNER, study_pruner
+from .search.report import write_report
+from .search.space import Dimension, as_arguments, read_space
+from .search.trial_processes import TrialProcesses
 from .utils.cli import Parser, at_least
 from .utils.monitor import Preemption, configure_logging
-from .utils.pruning import PRUNER, study_pruner
-from .utils.search_space import Dimension, as_arguments, read_space
-from .utils.sweep_report import write_report
-from .utils.trial_processes import TrialProcesses
 
 log = logging.getLogger(__name__)
 # The retry of an interrupted trial is experimental in Optuna; this command relies on it.

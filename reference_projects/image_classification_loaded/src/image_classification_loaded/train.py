@@ -24,26 +24,14 @@ from .backbone import backbone_frozen
 from .checkpoint import CheckpointError, Progress
 from .config import ConfigError, TrainConfig, apply_fast_dev_run, load_config
 from .data import Preprocess, build_datasets
+from .distributed import sync_batchnorm
 from .evaluate import early_stopping, evaluate
 from .export import ExportError, check_exportable, describe, export_run
 from .loaders import DataError, Datasets, build_loaders
 from .model import build_model
 from .optim import FEW_STEPS, TrainStep, build_optimizer
 from .precision import prepare
-from .resume import resume_point
-from .state import TrainingState
-from .utils.distributed import sync_batchnorm
-from .utils.files import DiskFull
-from .utils.folder_lock import refuse_if_in_use, release_run_folder
-from .utils.modules import UnregisteredModuleError, assert_modules_registered
-from .utils.monitor import (
-    Preempted,
-    Throughput,
-    TrainingClock,
-    TrainingDiverged,
-    stopped_at_once,
-)
-from .utils.processes import (
+from .processes import (
     close_processes,
     on_main_process,
     open_metrics_log,
@@ -53,9 +41,21 @@ from .utils.processes import (
     start_log_window,
     start_profiler,
 )
-from .utils.records import finish_run_folder, peak_memory_mb, start_run_folder
+from .resume import resume_point
+from .run_folder.folder_lock import refuse_if_in_use, release_run_folder
+from .run_folder.records import finish_run_folder, peak_memory_mb, start_run_folder
+from .state import TrainingState
+from .tracking import start_tracker
+from .utils.files import DiskFull
+from .utils.modules import UnregisteredModuleError, assert_modules_registered
+from .utils.monitor import (
+    Preempted,
+    Throughput,
+    TrainingClock,
+    TrainingDiverged,
+    stopped_at_once,
+)
 from .utils.seed import seed_everything
-from .utils.tracking import start_tracker
 
 log = logging.getLogger("image_classification_loaded")
 # Errors whose message names what to change (input, a full disk, a diverged run): one line,

@@ -80,7 +80,7 @@ class Progress:
     total_steps: int = 0  # where the run ends; 0: unknown (checkpoints of format version 1)
     # Evaluations in a row without an improvement of more than early_stopping_min_delta.
     stale_evaluations: int = 0
-    pruned: bool = False  # a sweep's pruner stopped the run (utils/pruning.py)
+    pruned: bool = False  # a sweep's pruner stopped the run (search/pruning.py)
     shuffle: str = SHUFFLE  # how each epoch's shuffle is seeded, kept for the run's lifetime
 
 

@@ -24,8 +24,8 @@ from .checkpoint import (
 )
 from .config import TrainConfig
 from .optim import TrainStep
+from .processes import on_main_process
 from .utils.monitor import LogWindow
-from .utils.processes import on_main_process
 
 
 @dataclass

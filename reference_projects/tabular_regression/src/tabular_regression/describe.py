@@ -13,7 +13,7 @@ import sys
 from . import data, task
 from .config import ConfigError, load_config
 from .loaders import DataError
-from .utils.model_card import baseline_summary
+from .run_folder.model_card import baseline_summary
 from .utils.monitor import configure_logging
 
 

@@ -12,7 +12,7 @@ from torch import nn
 from . import task
 from .checkpoint import Progress
 from .config import TrainConfig
-from .utils.pruning import NoPruning, TrialPruning, trial_pruning
+from .search.pruning import NoPruning, TrialPruning, trial_pruning
 
 log = logging.getLogger(__name__)
 

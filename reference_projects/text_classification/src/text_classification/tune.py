@@ -23,9 +23,9 @@ from .loaders import DataError, TensorData, build_loaders, resolve_num_workers
 from .model import build_model
 from .optim import TrainStep, build_optimizer
 from .precision import prepare
+from .processes import start_accelerator
 from .utils.cli import Parser, at_least, listed
 from .utils.monitor import LogWindow, TrainingClock
-from .utils.processes import start_accelerator
 
 WARMUP_STEPS = 2
 

@@ -1,0 +1,136 @@
+"""What running as several processes decides: the Accelerator that joins them and its log,
+and the loop's log window, metrics log, progress bar, profiler and preemption handler, each
+the global one (the main process logs and writes; every process stops together)."""
+
+import gc
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import InitProcessGroupKwargs
+
+from .checkpoint import Progress
+from .config import TrainConfig
+from .distributed import (
+    DiscardedLog,
+    GlobalLogWindow,
+    SharedPreemption,
+    check_launch,
+)
+from .optim import TrainStep
+from .run_folder.records import METRICS_FILE, MetricsLog
+from .utils.monitor import ProgressReport, TrainingClock, configure_logging
+from .utils.profiling import NoProfiler, build_profiler
+
+log = logging.getLogger(__name__)
+
+
+def start_accelerator(cfg: TrainConfig) -> Accelerator:
+    """The process group, device and mixed precision of this process, and its log lines.
+
+    The group is set up here, from the launcher's environment, before the model exists. A
+    collective that some process never reaches fails after dist_timeout_s.
+    """
+    group_options = InitProcessGroupKwargs(timeout=timedelta(seconds=cfg.dist_timeout_s))
+    accelerator = Accelerator(
+        cpu=cfg.cpu,
+        mixed_precision="bf16",
+        kwargs_handlers=[group_options],
+        log_with="tensorboard",  # started by start_tracker(), just before the loop
+        project_dir=Path(cfg.output_dir),
+    )
+    check_launch(accelerator)
+    # The other processes log errors only: their warnings would repeat the main one's.
+    configure_logging(logging.INFO if accelerator.is_main_process else logging.ERROR)
+    return accelerator
+
+
+def on_main_process(accelerator: Accelerator, work: Callable[[], None]) -> None:
+    """Run `work` (the run folder, a checkpoint, model/, the tracker's start) on the main
+    process only; the others wait for it, and stop within seconds when it raises.
+
+    Without the shared verdict the others would go on to the next collective and wait there
+    for dist_timeout_s, wherever the launcher does not stop them for the failed process (srun
+    --kill-on-bad-exit=0, which lets a preempted job requeue; a plain env:// start). The
+    main process raises its error, which main() reports in one line; the others exit with
+    status 1 and nothing to add.
+    """
+    if accelerator.num_processes == 1:  # started alone: no process group to tell
+        work()
+    elif accelerator.is_main_process:
+        failed = True
+        try:
+            work()
+            failed = False
+        finally:
+            _share_verdict(accelerator, failed)
+    elif _share_verdict(accelerator, False):
+        raise SystemExit(1)
+
+
+def _share_verdict(accelerator: Accelerator, failed: bool) -> bool:
+    """Rank 0's verdict, on every process; after a failure the group is closed, as one torn
+    down at exit can abort a process (SIGABRT)."""
+    verdict = torch.tensor([int(failed)], device=accelerator.device)
+    torch.distributed.broadcast(verdict, src=0)
+    failed = bool(verdict.item())
+    if failed:
+        accelerator.state.destroy_process_group()
+    return failed
+
+
+def close_processes(accelerator: Accelerator, train_step: TrainStep) -> None:
+    """Close the process group once DDP has let go of it. Were DDP's reducer the group's last
+    holder, freeing it would join the group's threads while holding the GIL, which a thread
+    freeing a collective's tensors waits for: the run would log `done` and hang. The group's
+    own close releases the GIL while it joins them. The barrier first gives those threads
+    time to free the last collectives' tensors (its own has none that Python holds)."""
+    if not torch.distributed.is_initialized():  # started alone: no group, and no DDP
+        return
+    accelerator.wait_for_everyone()
+    train_step.model = None  # the DDP wrapper; Accelerate holds the only other reference
+    accelerator.free_memory()
+    gc.collect()  # DDP in a reference cycle would otherwise outlive the group
+    accelerator.state.destroy_process_group()
+
+
+def open_metrics_log(
+    accelerator: Accelerator, output_dir: Path, progress: Progress
+) -> MetricsLog | DiscardedLog:
+    """metrics.jsonl, written by the main process only."""
+    if accelerator.is_main_process:
+        return MetricsLog(output_dir / METRICS_FILE, resume_step=progress.step)
+    return DiscardedLog()
+
+
+def start_log_window(
+    accelerator: Accelerator, cfg: TrainConfig, progress: Progress, clock: TrainingClock
+) -> GlobalLogWindow:
+    """The window of the steps since the last log step, with a resumed run's losses."""
+    first_step = progress.step - len(progress.window_losses)
+    return GlobalLogWindow(
+        accelerator, accelerator.device, first_step, progress.window_losses, clock
+    )
+
+
+def progress_report(accelerator: Accelerator, progress: Progress) -> ProgressReport:
+    """The main process's progress bar (or log lines); the others show none."""
+    return ProgressReport(progress.total_steps, progress.step, accelerator.is_main_process)
+
+
+def start_profiler(
+    accelerator: Accelerator, cfg: TrainConfig, output_dir: Path
+) -> torch.profiler.profile | NoProfiler:
+    """The main process's profiler: it writes every file of the run, and DDP's gradient
+    all-reduce in its trace shows how long it waited for the others."""
+    return build_profiler(cfg.profile and accelerator.is_main_process, output_dir / "profile")
+
+
+def preemption(accelerator: Accelerator, train_step: TrainStep) -> SharedPreemption:
+    """The loop's stop on a signal. A stopped run closes its process group before it exits:
+    one left to the interpreter's exit can abort a process (SIGABRT), and a SLURM job would
+    see 134 instead of 75, and not be requeued."""
+    return SharedPreemption(accelerator, on_stop=lambda: close_processes(accelerator, train_step))

@@ -1,0 +1,66 @@
+"""What running as one process decides: the Accelerator and its log, and the loop's log
+window, metrics log, progress bar, profiler and preemption handler."""
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+
+from .checkpoint import Progress
+from .config import ConfigError, TrainConfig
+from .optim import TrainStep
+from .run_folder.records import METRICS_FILE, MetricsLog
+from .utils.monitor import LogWindow, Preemption, ProgressReport, TrainingClock, configure_logging
+from .utils.profiling import NoProfiler, build_profiler
+
+log = logging.getLogger(__name__)
+
+
+def start_accelerator(cfg: TrainConfig) -> Accelerator:
+    """The device and mixed precision of this run, and the package's log lines on stderr."""
+    configure_logging(logging.INFO)
+    accelerator = Accelerator(
+        cpu=cfg.cpu,
+        mixed_precision="no",
+    )
+    # Several processes launched on a machine without GPUs would each train alone.
+    if accelerator.num_processes > 1 or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError(
+            "this project was rendered with distributed=single; launch it as one process, "
+            "or re-render it with `copier update --data distributed=multi`"
+        )
+    return accelerator
+
+
+def on_main_process(accelerator: Accelerator, work: Callable[[], None]) -> None:
+    """The run's writes (run folder, checkpoints, model/): this process is the only one."""
+    work()
+
+
+def open_metrics_log(accelerator: Accelerator, output_dir: Path, progress: Progress) -> MetricsLog:
+    return MetricsLog(output_dir / METRICS_FILE, resume_step=progress.step)
+
+
+def start_log_window(
+    accelerator: Accelerator, cfg: TrainConfig, progress: Progress, clock: TrainingClock
+) -> LogWindow:
+    """The window of the steps since the last log step, with a resumed run's losses."""
+    first_step = progress.step - len(progress.window_losses)
+    return LogWindow(accelerator.device, first_step, progress.window_losses, clock)
+
+
+def progress_report(accelerator: Accelerator, progress: Progress) -> ProgressReport:
+    return ProgressReport(progress.total_steps, progress.step)
+
+
+def start_profiler(
+    accelerator: Accelerator, cfg: TrainConfig, output_dir: Path
+) -> torch.profiler.profile | NoProfiler:
+    return build_profiler(cfg.profile, output_dir / "profile")
+
+
+def preemption(accelerator: Accelerator, train_step: TrainStep) -> Preemption:
+    return Preemption()
