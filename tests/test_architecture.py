@@ -52,7 +52,7 @@ def test_train_template_has_at_most_23_decisions() -> None:
 
 # Answers decided by file rather than by `if`: the counts today, which may only go down. The
 # aim is 45 in template/src and 4 in each of train.py.jinja and optim.py.jinja.
-MAX_SRC_TAGS = 98
+MAX_SRC_TAGS = 88
 MAX_TAGS_BY_FILE = {"optim.py.jinja": 8, "state.py.jinja": 0}
 SRC_TEMPLATE = TRAIN_TEMPLATE.parent
 

@@ -160,16 +160,10 @@ def test_utils_imports_nothing_of_the_project_in_any_render() -> None:
     assert upward(graph) == []
 
 
-# The one circle left: image classification's data.py reads a saved preprocess.json that
-# may be a pretrained model's (PretrainedImages, in pretrained.py, imported only when used),
-# and pretrained.py's PretrainedImages extends data.py's Preprocess.
-KNOWN_CIRCLES = [["data", "pretrained"]]
-
-
 def test_no_import_circle_between_modules_or_packages_in_any_render() -> None:
     graph = union_graph()
-    assert circles(graph) == KNOWN_CIRCLES
-    assert circles(packages(graph)) == KNOWN_CIRCLES
+    assert circles(graph) == []
+    assert circles(packages(graph)) == []
 
 
 @pytest.mark.parametrize("ref", references(), ids=lambda ref: ref.name)

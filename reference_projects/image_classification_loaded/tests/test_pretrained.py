@@ -28,6 +28,7 @@ from image_classification_loaded.train import main as train
 
 # The module that imports Transformers, and is only imported by --pretrained runs.
 PRETRAINED = "image_classification_loaded.pretrained"
+HUB = "image_classification_loaded.hub"  # imports Transformers first, for pretrained.py
 
 
 @pytest.fixture
@@ -183,7 +184,8 @@ def test_a_source_that_cannot_be_fine_tuned_is_refused_in_one_line(
 
 def test_without_transformers_a_fine_tuning_run_names_the_extra_to_install(monkeypatch, fine_tune):
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers fails
-    monkeypatch.delitem(sys.modules, PRETRAINED, raising=False)  # imported again
+    for module in (PRETRAINED, HUB):  # imported again
+        monkeypatch.delitem(sys.modules, module, raising=False)
     message = refusal(train, fine_tune())
     assert message == (
         "error: --pretrained needs Hugging Face Transformers: pip install -e '.[pretrained]'"

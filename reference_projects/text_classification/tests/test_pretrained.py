@@ -26,6 +26,7 @@ from text_classification.train import main as train
 
 # The module that imports Transformers, and is only imported by --pretrained runs.
 PRETRAINED = "text_classification.pretrained"
+HUB = "text_classification.hub"  # imports Transformers first, for pretrained.py
 
 
 @pytest.fixture
@@ -190,7 +191,8 @@ def test_a_hub_id_that_is_not_on_disk_is_refused_offline_with_how_to_fetch_it(tm
 
 def test_without_transformers_a_fine_tuning_run_names_the_extra_to_install(monkeypatch, fine_tune):
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers fails
-    monkeypatch.delitem(sys.modules, PRETRAINED, raising=False)  # imported again
+    for module in (PRETRAINED, HUB):  # imported again
+        monkeypatch.delitem(sys.modules, module, raising=False)
     message = refusal(train, fine_tune())
     assert message == (
         "error: --pretrained needs Hugging Face Transformers: pip install -e '.[pretrained]'"

@@ -3,11 +3,10 @@
 The embedded dataset is scikit-learn's copy of the UCI handwritten digits (1,797 grayscale
 8x8 images, 10 classes), installed with scikit-learn, so nothing is downloaded. With
 `--data_dir DIR`, DIR holds one sub-folder per class (DIR/cat/*.png, DIR/dog/*.jpg).
-Both go through the same `Preprocess`, which is saved with the model for inference.
+Both go through the same `Preprocess` (preprocess.py), which is saved with the model for
+inference.
 """
 
-import json
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,61 +27,11 @@ from .loaders import (
     first_batches_only,
     first_validation_batches,
 )
-from .utils.files import write_json
+from .preprocess import Preprocess
 
 IMAGE_SUFFIXES = {".bmp", ".gif", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp"}
 # Images decoded to estimate the normalisation constants of a folder dataset.
 STATS_SAMPLE = 512
-
-# How an image becomes the network's input (model.json names both for code without ours).
-RESAMPLE = Image.Resampling.BILINEAR
-PIXEL_MAX = 255.0  # 8-bit pixels to [0, 1]
-
-
-@dataclass(frozen=True)
-class Preprocess:
-    """PIL image -> normalised float tensor (C, H, W): the one definition of preprocessing."""
-
-    image_size: int
-    image_channels: int
-    mean: tuple[float, ...] = (0.0,)
-    std: tuple[float, ...] = (1.0,)
-    class_names: tuple[str, ...] = ()
-
-    def __call__(self, image: Image.Image) -> torch.Tensor:
-        pixels = self.to_unit_range(image)
-        mean = torch.tensor(self.mean).view(-1, 1, 1)
-        std = torch.tensor(self.std).view(-1, 1, 1)
-        return (pixels - mean) / std
-
-    @property
-    def mode(self) -> str:
-        """The PIL mode every image is converted to (an alpha channel is dropped, a palette
-        looked up, grey repeated or colours weighted into grey)."""
-        return "L" if self.image_channels == 1 else "RGB"
-
-    def to_unit_range(self, image: Image.Image) -> torch.Tensor:
-        image = image.convert(self.mode)
-        size = (self.image_size, self.image_size)
-        if image.size != size:
-            image = image.resize(size, RESAMPLE)  # the whole image: no crop, aspect not kept
-        array = np.asarray(image, dtype=np.float32) / PIXEL_MAX  # (H, W) or (H, W, C)
-        return torch.from_numpy(array).reshape(*size, self.image_channels).permute(2, 0, 1)
-
-    def save(self, path: Path) -> None:
-        # allow_nan=False: strict JSON, never Infinity or NaN, which other readers refuse.
-        write_json(path, asdict(self), allow_nan=False)  # atomically
-
-    @classmethod
-    def load(cls, path: Path) -> "Preprocess":
-        """The preprocessing saved at `path`: this one, or a pretrained model's."""
-        fields = json.loads(path.read_text())
-        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()}
-        if "architecture" in fields:
-            from .pretrained import PretrainedImages  # imports Transformers: only when used
-
-            return PretrainedImages(**fields)
-        return cls(**fields)
 
 
 class ImageFolderData(Dataset):
@@ -193,9 +142,9 @@ def _preprocess(cfg: TrainConfig, names: tuple[str, ...], training_images) -> Pr
     the configured size, normalised with the statistics of `training_images` (an iterable,
     only read here)."""
     if cfg.pretrained is not None:
-        from .pretrained import PretrainedImages  # imports Transformers: only when used
+        from .pretrained import pretrained_preprocess  # imports Transformers: only when used
 
-        return PretrainedImages.from_source(cfg.pretrained, names)
+        return pretrained_preprocess(cfg.pretrained, names)
     plain = Preprocess(cfg.image_size, cfg.image_channels, class_names=names)
     pixels = torch.stack([plain.to_unit_range(image) for image in training_images])
     return _fit_normalisation(plain, pixels)

@@ -5,7 +5,7 @@ import math
 from torch import Tensor, nn
 
 from .config import TrainConfig
-from .data import Preprocess
+from .preprocess import Preprocess
 
 
 class ConvStage(nn.Sequential):

@@ -4,7 +4,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from .data import Preprocess
+from .preprocess import Preprocess
 
 TASK = "image_classification"
 METRIC = "accuracy"  # the metric that picks the best checkpoint and goes into summary.json

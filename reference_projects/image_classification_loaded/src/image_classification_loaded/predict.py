@@ -12,10 +12,10 @@ import torch
 from PIL import Image
 from torch import nn
 
-from .data import Preprocess
 from .images import load_image
 from .loaders import DataError
 from .model_folder import ModelFolderError, load_trained
+from .preprocess import Preprocess
 from .utils.cli import Parser
 
 

@@ -4,7 +4,7 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
-from .data import PIXEL_MAX, RESAMPLE, Preprocess
+from .preprocess import PIXEL_MAX, RESAMPLE, Preprocess
 
 TASK = "image_classification"
 METRIC = "accuracy"  # the metric that picks the best checkpoint and goes into summary.json

@@ -1,17 +1,12 @@
 """Fine-tuning a pretrained Hugging Face model: `--pretrained MODEL` (a Hub id or a folder).
 
-The backbone, its tokenizer and its config come from the Hugging Face Hub (a model id such as
-sentence-transformers/all-MiniLM-L6-v2, cached after the first download) or from a local
-folder in the same format; with HF_HUB_OFFLINE=1 only what is on disk is used. A new
+The backbone, its tokenizer and its config come from the source (hub.py reads it). A new
 classification head, sized from the data's classes, replaces the model's own. The tokenizer
 (tokenizer.json) and the model's config go into model/preprocess.json, so predict and export
-rebuild the network without the source. Only --pretrained runs import this module, and with
-it Transformers (the project's `pretrained` extra).
+rebuild the network without the source.
 """
 
 import json
-import logging
-import os
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -20,28 +15,18 @@ from typing import Any
 from torch import Tensor, nn
 
 from .config import ConfigError, TrainConfig
+from .hub import BackboneClassifier, build_network, read_config
 from .utils.errors import first_line
 
-try:
-    import transformers
-    from tokenizers import Tokenizer
-    from transformers import (
-        AutoConfig,
-        AutoModelForCausalLM,
-        AutoModelForMaskedLM,
-        AutoModelForSequenceClassification,
-        AutoTokenizer,
-    )
-except ImportError:
-    raise ConfigError(
-        "--pretrained needs Hugging Face Transformers: pip install -e '.[pretrained]'"
-    ) from None
-
-log = logging.getLogger(__package__)
-# Transformers' own report of the weights it loaded (a table naming the new head's weights as
-# missing) and its progress bars would interleave with the run's log: one line says it below.
-transformers.logging.set_verbosity_error()
-transformers.logging.disable_progress_bar()
+# isort: split
+# Only once hub.py has said in one line that Transformers is missing, if it is.
+from tokenizers import Tokenizer
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+)
 
 
 @dataclass(frozen=True)
@@ -64,7 +49,7 @@ class PretrainedTokens:
     @classmethod
     def from_source(cls, source: str, max_length: int, class_names: tuple[str, ...]):
         """The tokenizer and config of `source` (a Hub id or a folder), checked for this task."""
-        config = _config(source)
+        config = read_config(source)
         _check_kind(config, source)
         positions = getattr(config, "max_position_embeddings", None)
         if positions is not None and max_length > positions:
@@ -128,7 +113,7 @@ class PretrainedTokens:
         path.write_text(json.dumps(content, indent=1) + "\n")
 
 
-class PretrainedClassifier(nn.Module):
+class PretrainedClassifier(BackboneClassifier):
     """(B, T) token ids, pad_id for padding -> (B, num_classes) logits, from the backbone.
 
     `network` is a Transformers model for sequence classification: the pretrained backbone
@@ -136,79 +121,24 @@ class PretrainedClassifier(nn.Module):
     """
 
     def __init__(self, network: nn.Module, pad_id: int):
-        super().__init__()
-        self.network, self.pad_id = network, pad_id
+        super().__init__(network)
+        self.pad_id = pad_id
 
     def forward(self, tokens: Tensor) -> Tensor:
         attention_mask = (tokens != self.pad_id).long()  # one tensor in, as for every model
         return self.network(input_ids=tokens, attention_mask=attention_mask).logits
 
-    def backbone_parameters(self) -> set[nn.Parameter]:
-        """The pretrained weights, which learn at backbone_lr_scale times the head's rate."""
-        return set(self.network.base_model.parameters())
-
-    def freeze_backbone(self) -> None:
-        """For the first freeze_backbone_steps (optim.TrainStep thaws it)."""
-        for parameter in self.network.base_model.parameters():
-            parameter.requires_grad_(False)
-
-
-AUTO_MODEL = AutoModelForSequenceClassification
-
 
 def build_pretrained(cfg: TrainConfig, preprocess: PretrainedTokens) -> PretrainedClassifier:
-    """The pretrained model with a new head for the classes of `preprocess`.
-
-    The network is built from the saved config; the weights come from `weights_from` when it
-    is set (training), else they are loaded afterwards (predict, export). A head the source
-    has for other classes is replaced too (ignore_mismatched_sizes).
-    """
-    config = AutoConfig.for_model(**preprocess.architecture)
-    config.num_labels = len(preprocess.class_names)
-    config.id2label = dict(enumerate(preprocess.class_names))
-    config.label2id = {name: index for index, name in enumerate(preprocess.class_names)}
-    config.problem_type = "single_label_classification"
-    if preprocess.weights_from is None:
-        network = AUTO_MODEL.from_config(config)
-    else:
-        network, loading = AUTO_MODEL.from_pretrained(
-            preprocess.weights_from,
-            config=config,
-            ignore_mismatched_sizes=True,
-            output_loading_info=True,
-        )
-        new = {*loading["missing_keys"], *(key for key, *_ in loading["mismatched_keys"])}
-        head = ", ".join(sorted(new)) or "none"
-        log.info("fine-tuning '%s'; new weights (the head): %s", preprocess.weights_from, head)
+    """The pretrained model with a new head for the classes of `preprocess`: its weights from
+    `weights_from` when set (training), else loaded afterwards (predict, export)."""
+    network = build_network(
+        AutoModelForSequenceClassification,
+        preprocess.architecture,
+        preprocess.class_names,
+        preprocess.weights_from,
+    )
     return PretrainedClassifier(network, preprocess.pad_id)
-
-
-def _config(source: str):
-    """The model's config.json, or one line saying why `source` has none."""
-    folder = Path(source).expanduser()
-    if source.startswith(("/", ".", "~")) and not folder.exists():  # a path, not a Hub id
-        raise ConfigError(f"--pretrained: folder '{source}' does not exist")
-    if folder.exists():
-        if not (folder / "config.json").is_file():
-            raise ConfigError(
-                f"--pretrained: '{source}' has no config.json; expected a Hugging Face model "
-                "folder (as save_pretrained writes it) or a model id on the Hub"
-            )
-        source = str(folder)
-    try:
-        return AutoConfig.from_pretrained(source)
-    except (OSError, ValueError) as error:
-        if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-            raise ConfigError(
-                f"--pretrained: '{source}' is not a local model folder nor in the Hugging Face "
-                f"cache, and HF_HUB_OFFLINE is set; fetch it once with network (`hf download "
-                f"{source}`) or pass a folder"
-            ) from None
-        reason = first_line(error, 160)
-        raise ConfigError(
-            f"--pretrained: '{source}' is not a local model folder nor a model id the Hugging "
-            f"Face Hub could serve ({reason})"
-        ) from None
 
 
 def _check_kind(config, source: str) -> None:
