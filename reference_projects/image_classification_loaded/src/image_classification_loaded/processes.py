@@ -82,6 +82,12 @@ def _share_verdict(accelerator: Accelerator, failed: bool) -> bool:
     return failed
 
 
+def process_seed(cfg: TrainConfig, accelerator: Accelerator) -> int:
+    """This process's seed: dropout and loader workers differ by process; weights and batch
+    order do not (DDP broadcasts the weights, loaders.py shares the order)."""
+    return (cfg.seed + accelerator.process_index) % 2**32
+
+
 def close_processes(accelerator: Accelerator, train_step: TrainStep) -> None:
     """Close the process group once DDP has let go of it. Were DDP's reducer the group's last
     holder, freeing it would join the group's threads while holding the GIL, which a thread

@@ -36,6 +36,7 @@ from .processes import (
     on_main_process,
     open_metrics_log,
     preemption,
+    process_seed,
     progress_report,
     start_accelerator,
     start_log_window,
@@ -97,9 +98,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     # --- the Accelerator, seed and device
     accelerator = start_accelerator(cfg)
     device = accelerator.device
-    # Dropout and loader workers differ by process; weights and batch order do not (DDP, loaders.py)
-    rank_seed = (cfg.seed + accelerator.process_index) % 2**32
-    data_generator = seed_everything(rank_seed, cfg.deterministic, not task.DYNAMIC_SHAPES)
+    seed = process_seed(cfg, accelerator)
+    data_generator = seed_everything(seed, cfg.deterministic, not task.DYNAMIC_SHAPES)
     torch.autograd.set_detect_anomaly(cfg.detect_anomaly)
 
     # --- data
@@ -163,7 +163,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             last_step = progress.step == total_steps
 
             if progress.step % cfg.log_every == 0 or last_step:
-                stop.agree()  # a signal to any process stops all of them after this step
+                stop.agree()  # every process stops after this step if any was signalled
                 record = window.close(progress.epoch, grad_norm, lr)
                 record |= train_step.precision.log_fields()  # the precision's counts, if any
                 metrics_log.write(record)

@@ -35,6 +35,15 @@ def start_accelerator(cfg: TrainConfig) -> Accelerator:
     return accelerator
 
 
+def process_seed(cfg: TrainConfig, accelerator: Accelerator) -> int:
+    """The seed of dropout, loader workers and the batch order: the run's."""
+    return cfg.seed
+
+
+def close_processes(accelerator: Accelerator, train_step: TrainStep) -> None:
+    """One process has no group to close: its end releases everything."""
+
+
 def on_main_process(accelerator: Accelerator, work: Callable[[], None]) -> None:
     """The run's writes (run folder, checkpoints, model/): this process is the only one."""
     work()

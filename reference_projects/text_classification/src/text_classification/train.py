@@ -30,9 +30,11 @@ from .model import build_model
 from .optim import FEW_STEPS, TrainStep, build_optimizer
 from .precision import prepare
 from .processes import (
+    close_processes,
     on_main_process,
     open_metrics_log,
     preemption,
+    process_seed,
     progress_report,
     start_accelerator,
     start_log_window,
@@ -92,7 +94,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     # --- the Accelerator, seed and device
     accelerator = start_accelerator(cfg)
     device = accelerator.device
-    data_generator = seed_everything(cfg.seed, cfg.deterministic, not task.DYNAMIC_SHAPES)
+    seed = process_seed(cfg, accelerator)
+    data_generator = seed_everything(seed, cfg.deterministic, not task.DYNAMIC_SHAPES)
     torch.autograd.set_detect_anomaly(cfg.detect_anomaly)
 
     # --- data
@@ -152,6 +155,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             last_step = progress.step == total_steps
 
             if progress.step % cfg.log_every == 0 or last_step:
+                stop.agree()  # every process stops after this step if any was signalled
                 record = window.close(progress.epoch, grad_norm, lr)
                 record |= train_step.precision.log_fields()  # the precision's counts, if any
                 metrics_log.write(record)
@@ -188,6 +192,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     on_main_process(
         accelerator, lambda: finish_run_folder(cfg, average.module, datasets.preprocess, summary)
     )
+    close_processes(accelerator, train_step)
     release_run_folder(output_dir)
     log.info("done: %(metric)s %(value).4f (baseline %(baseline_value).4f)", summary)
     return summary

@@ -185,6 +185,10 @@ class Preemption:
         self.requested = signum
         self.second_ctrl_c_stops_at_once(signum)
 
+    def agree(self) -> None:
+        """Called at each log step: a process alone stops on its own signal, and has
+        nothing to agree on."""
+
     @staticmethod
     def second_ctrl_c_stops_at_once(signum: int) -> None:
         if signum == signal.SIGINT:
