@@ -9,6 +9,7 @@ import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
 from calls import EXACT, as_arguments
+from data_fixtures import SHORT_RUN_FIELDS
 
 from image_classification.config import load_config
 from image_classification.run_folder import records
@@ -153,9 +154,7 @@ def short_run_in():
             # real run spends its steps.
             "warmup_steps": 2,
             **EXACT,  # the tests compare short runs with each other bit for bit
-            # A narrow model: most tests run a few steps many times, and what they check does
-            # not depend on its size (test_fast_dev_run runs the defaults).
-            "width": 8,
+            **SHORT_RUN_FIELDS,  # the task's (data_fixtures.py)
         }
         return as_arguments(fields, *extra)
 

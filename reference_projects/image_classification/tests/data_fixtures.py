@@ -9,6 +9,10 @@ import pytest
 import torch
 from PIL import Image
 
+# Short runs' model: most tests run a few steps many times, and what they check does not
+# depend on its size (test_fast_dev_run runs the defaults).
+SHORT_RUN_FIELDS = {"width": 8}
+
 
 @pytest.fixture(scope="session")
 def embedded_args():

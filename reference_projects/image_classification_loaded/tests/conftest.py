@@ -9,6 +9,7 @@ import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
 from calls import EXACT, as_arguments
+from data_fixtures import SHORT_RUN_FIELDS
 
 from image_classification_loaded.config import load_config
 from image_classification_loaded.run_folder import records
@@ -154,9 +155,7 @@ def short_run_in():
             # real run spends its steps.
             "warmup_steps": 2,
             **EXACT,  # the tests compare short runs with each other bit for bit
-            # A narrow model: most tests run a few steps many times, and what they check does
-            # not depend on its size (test_fast_dev_run runs the defaults).
-            "width": 8,
+            **SHORT_RUN_FIELDS,  # the task's (data_fixtures.py)
             # Compiling costs seconds per run; test_fast_dev_run trains the compiled model.
             "compile": False,
             "export_at_end": False,  # test_export.py exports; other tests need not pay for it

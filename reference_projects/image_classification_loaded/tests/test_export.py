@@ -1,5 +1,6 @@
 """Export: the artifact agrees with PyTorch, a wrong one fails the check, and bad input is
-one line. test_predict.py runs the artifact on real data and the README's example."""
+one line. test_exported_predictions.py runs the artifact on real data and the README's
+example."""
 
 import copy
 import json

@@ -9,6 +9,7 @@ import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
 from calls import EXACT, as_arguments
+from data_fixtures import SHORT_RUN_FIELDS
 
 from language_modeling.config import load_config
 from language_modeling.run_folder import records
@@ -153,11 +154,7 @@ def short_run_in():
             # real run spends its steps.
             "warmup_steps": 2,
             **EXACT,  # the tests compare short runs with each other bit for bit
-            # Small data and a small model: most tests run a few steps many times, and what
-            # they check does not depend on either's size (test_fast_dev_run runs the defaults).
-            "corpus_bytes": 20000,
-            "width": 64,
-            "layers": 2,
+            **SHORT_RUN_FIELDS,  # the task's (data_fixtures.py)
         }
         return as_arguments(fields, *extra)
 

@@ -7,6 +7,10 @@ import pytest
 
 from language_modeling.data import embedded_text
 
+# Short runs' data and model: most tests run a few steps many times, and what they check
+# does not depend on either's size (test_fast_dev_run runs the defaults).
+SHORT_RUN_FIELDS = {"corpus_bytes": 20000, "width": 64, "layers": 2}
+
 
 @pytest.fixture(scope="session")
 def embedded_args():

@@ -9,6 +9,7 @@ import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
 from calls import EXACT, as_arguments
+from data_fixtures import SHORT_RUN_FIELDS
 
 from semantic_segmentation.config import load_config
 from semantic_segmentation.run_folder import records
@@ -153,10 +154,7 @@ def short_run_in():
             # real run spends its steps.
             "warmup_steps": 2,
             **EXACT,  # the tests compare short runs with each other bit for bit
-            # Small data and a small model: most tests run a few steps many times, and what
-            # they check does not depend on either's size (test_fast_dev_run runs the defaults).
-            "num_images": 400,
-            "image_size": 16,
+            **SHORT_RUN_FIELDS,  # the task's (data_fixtures.py)
         }
         return as_arguments(fields, *extra)
 

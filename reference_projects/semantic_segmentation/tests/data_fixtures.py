@@ -8,6 +8,10 @@ from PIL import Image
 
 from semantic_segmentation.data import synthetic_shapes
 
+# Short runs' data and model: most tests run a few steps many times, and what they check
+# does not depend on either's size (test_fast_dev_run runs the defaults).
+SHORT_RUN_FIELDS = {"num_images": 400, "image_size": 16}
+
 
 @pytest.fixture(scope="session")
 def embedded_args():

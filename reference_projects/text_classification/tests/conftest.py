@@ -9,6 +9,7 @@ import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
 from calls import EXACT, as_arguments
+from data_fixtures import SHORT_RUN_FIELDS
 
 from text_classification.config import load_config
 from text_classification.run_folder import records
@@ -153,10 +154,7 @@ def short_run_in():
             # real run spends its steps.
             "warmup_steps": 2,
             **EXACT,  # the tests compare short runs with each other bit for bit
-            # A small model: most tests run a few steps many times, and what they check does
-            # not depend on its size (test_fast_dev_run runs the defaults).
-            "width": 32,
-            "layers": 1,
+            **SHORT_RUN_FIELDS,  # the task's (data_fixtures.py)
         }
         return as_arguments(fields, *extra)
 

@@ -12,6 +12,10 @@ import torch
 
 from text_classification.reviews import generate_reviews
 
+# Short runs' model: most tests run a few steps many times, and what they check does not
+# depend on its size (test_fast_dev_run runs the defaults).
+SHORT_RUN_FIELDS = {"width": 32, "layers": 1}
+
 
 @pytest.fixture(scope="session")
 def embedded_args():
