@@ -24,7 +24,8 @@ from image_classification.train import main as train
 
 # The module that imports Transformers, and is only imported by --pretrained runs.
 PRETRAINED = "image_classification.pretrained"
-HUB = "image_classification.hub"  # imports Transformers first, for pretrained.py
+# hub.py imports Transformers for pretrained.py, before pretrained.py does
+HUB = "image_classification.hub"
 
 
 @pytest.fixture

@@ -28,7 +28,8 @@ from image_classification_loaded.train import main as train
 
 # The module that imports Transformers, and is only imported by --pretrained runs.
 PRETRAINED = "image_classification_loaded.pretrained"
-HUB = "image_classification_loaded.hub"  # imports Transformers first, for pretrained.py
+# hub.py imports Transformers for pretrained.py, before pretrained.py does
+HUB = "image_classification_loaded.hub"
 
 
 @pytest.fixture

@@ -26,7 +26,8 @@ from text_classification.train import main as train
 
 # The module that imports Transformers, and is only imported by --pretrained runs.
 PRETRAINED = "text_classification.pretrained"
-HUB = "text_classification.hub"  # imports Transformers first, for pretrained.py
+# hub.py imports Transformers for pretrained.py, before pretrained.py does
+HUB = "text_classification.hub"
 
 
 @pytest.fixture
