@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -51,3 +52,17 @@ def run_in(project: Path, args: Sequence[str], context: str) -> subprocess.Compl
             f"`python {shlex.join(args)}` exited {result.returncode}\n{context}\n{tail}"
         )
     return result
+
+
+def decision_tags(text: str) -> int:
+    """The `{% if %}` and `{% elif %}` tags of a template: each an answer decided inline."""
+    return len(re.findall(r"{%-?\s*(?:if|elif)\b", text))
+
+
+def decision_tags_by_file(root: Path) -> dict[str, int]:
+    """decision_tags of each file under `root`, by its path relative to `root`."""
+    return {
+        path.relative_to(root).as_posix(): decision_tags(path.read_text(encoding="utf-8"))
+        for path in root.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }

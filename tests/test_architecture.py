@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 
 import jinja2
 import pytest
 import yaml
+from helpers import decision_tags, decision_tags_by_file
 
 from generator import REPO_ROOT
 from generator.answers import load_space
@@ -41,10 +41,6 @@ MAX_TRAIN_FUNCTION_LINES = 120
 TRAIN_TEMPLATE = REPO_ROOT / "template" / "src" / "{{package_name}}" / "train.py.jinja"
 
 
-def decision_tags(text: str) -> int:
-    return len(re.findall(r"{%-?\s*(?:if|elif)\b", text))
-
-
 def test_train_template_has_at_most_19_decisions() -> None:
     tags = decision_tags(TRAIN_TEMPLATE.read_text(encoding="utf-8"))
     assert tags <= MAX_TRAIN_TAGS, f"train.py.jinja has {tags} if/elif tags"
@@ -58,11 +54,7 @@ SRC_TEMPLATE = TRAIN_TEMPLATE.parent
 
 
 def test_the_template_decides_no_more_answers_inline_than_it_does_now() -> None:
-    tags = {
-        path.relative_to(SRC_TEMPLATE).as_posix(): decision_tags(path.read_text(encoding="utf-8"))
-        for path in SRC_TEMPLATE.rglob("*")
-        if path.is_file() and "__pycache__" not in path.parts
-    }
+    tags = decision_tags_by_file(SRC_TEMPLATE)
     assert sum(tags.values()) <= MAX_SRC_TAGS, f"{sum(tags.values())} if/elif tags in src/"
     over = {name: tags[name] for name, cap in MAX_TAGS_BY_FILE.items() if tags[name] > cap}
     assert not over, f"if/elif tags over {MAX_TAGS_BY_FILE}: {over}"
@@ -73,11 +65,7 @@ TESTS_TEMPLATE = REPO_ROOT / "template" / "tests"
 
 
 def test_the_tests_decide_no_more_answers_inline_than_they_do_now() -> None:
-    tags = sum(
-        decision_tags(path.read_text(encoding="utf-8"))
-        for path in TESTS_TEMPLATE.rglob("*")
-        if path.is_file() and "__pycache__" not in path.parts
-    )
+    tags = sum(decision_tags_by_file(TESTS_TEMPLATE).values())
     assert tags <= MAX_TEST_TAGS, f"{tags} if/elif tags in tests/"
 
 

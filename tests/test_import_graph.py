@@ -24,14 +24,14 @@ SRC_TEMPLATE = REPO_ROOT / "template" / "src" / "{{package_name}}"
 BASE = "utils"  # the floor every module may use
 IMPORT = re.compile(r"^\s*from (\.+|\{\{ package_name \}\}\.?)([\w.]*) import \(?([\w, ]*)")
 NAMES_LINE = re.compile(r"^\s+(\w+),?$")
-CONDITION = re.compile(r"\{%.*?%\}(.*?)\{% endif %\}")
+TAG = re.compile(r"\{%.*?%\}")  # a file's condition: its name is what the tags wrap
 Graph = dict[str, set[str]]
 
 
 def template_module(path: Path) -> str:
     """`search.space` for search/space.py, `tracking` for any answer's tracking.py.jinja."""
     relative = path.relative_to(SRC_TEMPLATE)
-    name = CONDITION.sub(r"\1", relative.name).removesuffix(".jinja").removesuffix(".py")
+    name = TAG.sub("", relative.name).removesuffix(".jinja").removesuffix(".py")
     parts = [*relative.parent.parts, name]
     return ".".join(parts[:-1] if name == "__init__" else parts)
 

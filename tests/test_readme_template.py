@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jinja2
 import yaml
+from helpers import decision_tags
 
 from generator import REPO_ROOT
 from generator.answers import load_space
@@ -22,10 +23,6 @@ SPACE = load_space()
 # choice (several GPUs, export) are included from includes/ instead of branched on here.
 MAX_README_LINES = 467
 MAX_README_TAGS = 25
-
-
-def decision_tags(text: str) -> int:
-    return len(re.findall(r"{%-?\s*(?:if|elif)\b", text))
 
 
 def included_parts(folder: str, answer: str) -> set[str]:
