@@ -20,8 +20,8 @@ from semantic_segmentation.config import (
 )
 from semantic_segmentation.data import build_datasets
 from semantic_segmentation.evaluate import release_cached_memory
-from semantic_segmentation.loaders import build_loaders
 from semantic_segmentation.optim import learning_rate
+from semantic_segmentation.processes import process_loaders
 from semantic_segmentation.train import main
 from semantic_segmentation.utils.seed import seed_everything
 
@@ -41,9 +41,9 @@ def test_fast_dev_run_trains_evaluates_and_saves(tmp_path, cfg, monkeypatch):
 
     def recording(cfg, datasets, *args):
         evaluated.append(len(datasets.val))
-        return build_loaders(cfg, datasets, *args)
+        return process_loaders(cfg, datasets, *args)
 
-    monkeypatch.setattr(train_module, "build_loaders", recording)
+    monkeypatch.setattr(train_module, "process_loaders", recording)
     summary = main(["--output_dir", str(tmp_path), "--fast_dev_run"])
     run = tmp_path / FAST_DEV_RUN_DIR
     assert summary["steps"] == 4

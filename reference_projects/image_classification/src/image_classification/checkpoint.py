@@ -31,7 +31,7 @@ from torch import nn
 
 from .average import averaged_weights
 from .loaders import SHUFFLE, SHUFFLE_BEFORE_FORMAT_5
-from .utils.errors import first_line
+from .utils.errors import UserError, first_line
 from .utils.files import DiskFull, archive_damage, atomic_write, with_checksum
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ FORMAT_VERSION = 5
 _NAME = re.compile(r"^step-(\d+)\.pt$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint that cannot be used; the message names the file and the reason."""
 
 

@@ -16,13 +16,13 @@ import torch
 from torch import Tensor, nn
 
 from .config import TrainConfig
-from .utils.errors import first_line, root_cause
+from .utils.errors import UserError, first_line, root_cause
 
 FORMAT = "onnx"
 FILE_NAME = "model.onnx"
 
 
-class ExportError(RuntimeError):
+class ExportError(UserError, RuntimeError):
     """An artifact that cannot be written, or that disagrees with the PyTorch model."""
 
 

@@ -1,6 +1,6 @@
-"""What several processes share: the launch check, SyncBatchNorm, global losses and
-metrics, and agreeing to stop (checkpoint.py gathers every process's random states;
-processes.py has the main process's writes).
+"""What several processes share: the launch check, global losses and metrics, and agreeing
+to stop (checkpoint.py gathers every process's random states; processes.py has the main
+process's writes, each process's share of the data and SyncBatchNorm).
 
 Accelerate initialises the process group from the launcher's environment (torchrun,
 `accelerate launch` or srun) when train.py creates the Accelerator. Every function here that
@@ -8,7 +8,6 @@ takes the accelerator is a collective: all processes call it at the same point o
 or the others wait until `dist_timeout_s` runs out and the run fails.
 """
 
-import logging
 import os
 from collections.abc import Callable
 from typing import Any
@@ -18,9 +17,8 @@ from accelerate import Accelerator
 from torch import nn
 
 from .config import ConfigError
+from .run_folder.records import MetricsLog
 from .utils.monitor import LogWindow, Preemption
-
-log = logging.getLogger(__name__)
 
 
 def check_launch(accelerator: Accelerator) -> None:
@@ -33,22 +31,6 @@ def check_launch(accelerator: Accelerator) -> None:
             f"{launched} processes were launched but each would train alone; on a machine "
             "without GPUs add --cpu true, so that they train together over gloo"
         )
-
-
-def sync_batchnorm(model: nn.Module, accelerator: Accelerator) -> nn.Module:
-    """BatchNorm over the global batch, as one process would compute it (no collective here).
-
-    PyTorch's SyncBatchNorm needs GPUs (DDP refuses it on the CPU): CPU processes keep
-    BatchNorm statistics of their own share of each batch, so their steps differ slightly
-    from one process's with the global batch.
-    """
-    has_batchnorm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
-    if accelerator.num_processes == 1 or not has_batchnorm:
-        return model
-    if accelerator.device.type == "cpu":
-        log.info("BatchNorm statistics are per process: SyncBatchNorm needs GPUs")
-        return model
-    return nn.SyncBatchNorm.convert_sync_batchnorm(model)
 
 
 def broadcast_buffers(model: nn.Module, accelerator: Accelerator) -> None:
@@ -130,17 +112,14 @@ class SharedPreemption(Preemption):
         self.requested = int(self.accelerator.reduce(flag, "max")) or None
 
 
-class DiscardedLog:
+class DiscardedLog(MetricsLog):
     """The metrics log of the processes other than the main one, which writes metrics.jsonl."""
+
+    def __init__(self) -> None:
+        """No file: nothing to open."""
 
     def write(self, record: dict[str, Any]) -> None:
         return None
 
     def close(self) -> None:
-        return None
-
-    def __enter__(self) -> "DiscardedLog":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
         return None

@@ -1,6 +1,7 @@
 """What running as several processes decides: the Accelerator that joins them and its log,
-and the loop's log window, metrics log, progress bar, profiler and preemption handler, each
-the global one (the main process logs and writes; every process stops together)."""
+each process's share of the data and SyncBatchNorm, and the loop's log window, metrics log,
+progress bar, profiler and preemption handler, each the global one (the main process logs
+and writes; every process stops together)."""
 
 import gc
 import logging
@@ -11,6 +12,7 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 from accelerate.utils import InitProcessGroupKwargs
+from torch import nn
 
 from .checkpoint import Progress
 from .config import TrainConfig
@@ -20,6 +22,7 @@ from .distributed import (
     SharedPreemption,
     check_launch,
 )
+from .loaders import Datasets, Loader, build_loaders
 from .optim import TrainStep
 from .run_folder.records import METRICS_FILE, MetricsLog
 from .utils.monitor import ProgressReport, TrainingClock, configure_logging
@@ -88,6 +91,30 @@ def process_seed(cfg: TrainConfig, accelerator: Accelerator) -> int:
     return (cfg.seed + accelerator.process_index) % 2**32
 
 
+def process_loaders(
+    cfg: TrainConfig, datasets: Datasets, accelerator: Accelerator, generator: torch.Generator
+) -> tuple[Loader, Loader]:
+    """This process's share of each global batch, for training and evaluation (loaders.py)."""
+    rank, world_size = accelerator.process_index, accelerator.num_processes
+    return build_loaders(cfg, datasets, accelerator.device, generator, rank, world_size)
+
+
+def sync_batchnorm(model: nn.Module, accelerator: Accelerator) -> nn.Module:
+    """BatchNorm over the global batch, as one process would compute it (no collective here).
+
+    PyTorch's SyncBatchNorm needs GPUs (DDP refuses it on the CPU): CPU processes keep
+    BatchNorm statistics of their own share of each batch, so their steps differ slightly
+    from one process's with the global batch.
+    """
+    has_batchnorm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    if accelerator.num_processes == 1 or not has_batchnorm:
+        return model
+    if accelerator.device.type == "cpu":
+        log.info("BatchNorm statistics are per process: SyncBatchNorm needs GPUs")
+        return model
+    return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+
+
 def close_processes(accelerator: Accelerator, train_step: TrainStep) -> None:
     """Close the process group once DDP has let go of it. Were DDP's reducer the group's last
     holder, freeing it would join the group's threads while holding the GIL, which a thread
@@ -103,9 +130,7 @@ def close_processes(accelerator: Accelerator, train_step: TrainStep) -> None:
     accelerator.state.destroy_process_group()
 
 
-def open_metrics_log(
-    accelerator: Accelerator, output_dir: Path, progress: Progress
-) -> MetricsLog | DiscardedLog:
+def open_metrics_log(accelerator: Accelerator, output_dir: Path, progress: Progress) -> MetricsLog:
     """metrics.jsonl, written by the main process only."""
     if accelerator.is_main_process:
         return MetricsLog(output_dir / METRICS_FILE, resume_step=progress.step)

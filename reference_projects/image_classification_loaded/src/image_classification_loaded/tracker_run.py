@@ -41,9 +41,9 @@ class TrackerError(ConfigError):
 class TrackerRun:
     """The tracker's run for this process, as returned by start_tracker().
 
-    Used as a context manager around the loop, it closes the run when the loop stops with an
-    error, and records why: failed, or killed when preempted or interrupted. A run that
-    completes is closed by `accelerator.end_training()` once the summary is written.
+    Used as a context manager around the loop, it closes the run when the loop ends: as
+    finished, or, when the loop stops with an error, as failed, or killed when preempted or
+    interrupted.
     """
 
     def __init__(self, accelerator: Accelerator, end_stopped: Callable[[Accelerator, bool], None]):
@@ -77,7 +77,12 @@ class TrackerRun:
         return self
 
     def __exit__(self, kind: type | None, error: BaseException | None, traceback: Any) -> None:
-        if error is not None and self.accelerator.is_main_process:
+        if not self.accelerator.trackers:  # a process other than the main one: none started
+            return
+        if error is None:
+            for tracker in self.accelerator.trackers:
+                tracker.finish()
+        else:
             killed = isinstance(error, Preempted | KeyboardInterrupt)
             self.end_stopped(self.accelerator, killed)
 

@@ -18,10 +18,11 @@ from pathlib import Path
 import yaml
 
 from .utils.cli import config_help, read_mapping
+from .utils.errors import UserError
 from .utils.files import atomic_write
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration value that was not accepted; the message names the field."""
 
 

@@ -1,5 +1,5 @@
-"""What running as one process decides: the Accelerator and its log, and the loop's log
-window, metrics log, progress bar, profiler and preemption handler."""
+"""What running as one process decides: the Accelerator and its log, the loaders, and the
+loop's log window, metrics log, progress bar, profiler and preemption handler."""
 
 import logging
 import os
@@ -8,9 +8,11 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
+from torch import nn
 
 from .checkpoint import Progress
 from .config import ConfigError, TrainConfig
+from .loaders import Datasets, Loader, build_loaders
 from .optim import TrainStep
 from .run_folder.records import METRICS_FILE, MetricsLog
 from .utils.monitor import LogWindow, Preemption, ProgressReport, TrainingClock, configure_logging
@@ -38,6 +40,18 @@ def start_accelerator(cfg: TrainConfig) -> Accelerator:
 def process_seed(cfg: TrainConfig, accelerator: Accelerator) -> int:
     """The seed of dropout, loader workers and the batch order: the run's."""
     return cfg.seed
+
+
+def process_loaders(
+    cfg: TrainConfig, datasets: Datasets, accelerator: Accelerator, generator: torch.Generator
+) -> tuple[Loader, Loader]:
+    """The training and evaluation loaders: this process loads every batch (loaders.py)."""
+    return build_loaders(cfg, datasets, accelerator.device, generator)
+
+
+def sync_batchnorm(model: nn.Module, accelerator: Accelerator) -> nn.Module:
+    """One process sees the whole batch: its BatchNorm statistics are the batch's already."""
+    return model
 
 
 def close_processes(accelerator: Accelerator, train_step: TrainStep) -> None:

@@ -20,51 +20,37 @@ from torch import nn
 
 from . import task
 from .average import weight_average
-from .checkpoint import CheckpointError, Progress
-from .config import ConfigError, TrainConfig, apply_fast_dev_run, load_config
+from .checkpoint import Progress
+from .config import TrainConfig, apply_fast_dev_run, load_config
 from .data import Preprocess, build_datasets
 from .evaluate import early_stopping, evaluate
-from .loaders import DataError, Datasets, build_loaders
+from .loaders import Datasets
 from .model import build_model
 from .optim import FEW_STEPS, TrainStep, build_optimizer
 from .precision import prepare
 from .processes import (
     close_processes,
     on_main_process,
-    open_metrics_log,
     preemption,
+    process_loaders,
     process_seed,
     progress_report,
     start_accelerator,
     start_log_window,
     start_profiler,
+    sync_batchnorm,
 )
 from .resume import resume_point
 from .run_folder.folder_lock import refuse_if_in_use, release_run_folder
 from .run_folder.records import finish_run_folder, peak_memory_mb, start_run_folder
+from .run_log import open_run_log
 from .state import TrainingState
-from .utils.files import DiskFull
-from .utils.modules import UnregisteredModuleError, assert_modules_registered
-from .utils.monitor import (
-    Preempted,
-    Throughput,
-    TrainingClock,
-    TrainingDiverged,
-    stopped_at_once,
-)
+from .utils.errors import UserError
+from .utils.modules import assert_modules_registered
+from .utils.monitor import Preempted, Throughput, TrainingClock, stopped_at_once
 from .utils.seed import seed_everything
 
 log = logging.getLogger("semantic_segmentation")
-# Errors whose message names what to change (input, a full disk, a diverged run): one line,
-# no traceback.
-USER_ERRORS = (
-    ConfigError,
-    CheckpointError,
-    DataError,
-    DiskFull,
-    UnregisteredModuleError,
-    TrainingDiverged,
-)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -76,7 +62,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """
     try:
         return train(load_config(sys.argv[1:] if argv is None else argv))
-    except USER_ERRORS as error:
+    except UserError as error:  # bad input, a full disk, a diverged loss: named in one line
         raise SystemExit(f"error: {error}") from None
     except Preempted as stop:
         log.warning("%s", stop)
@@ -99,7 +85,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     # --- data
     datasets = build_datasets(cfg)
-    train_loader, val_loader = build_loaders(cfg, datasets, device, data_generator)
+    train_loader, val_loader = process_loaders(cfg, datasets, accelerator, data_generator)
     batches_per_epoch = len(train_loader)
     total_steps = _total_steps(cfg, batches_per_epoch)
     baseline_value = task.baseline(datasets.train_targets, datasets.val_targets)
@@ -127,12 +113,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     train_step.model.train()
     micro_batches, saved_step, eval_metrics = None, progress.step, {}
     with (
-        open_metrics_log(accelerator, output_dir, progress) as metrics_log,
+        open_run_log(accelerator, cfg, progress) as run_log,  # metrics.jsonl, and any tracker
         progress_report(accelerator, progress) as report,
         start_profiler(accelerator, cfg, output_dir) as profiler,
         preemption(accelerator, train_step) as stop,
     ):
-        clock = TrainingClock(device)  # after the tracker's start; stops for eval and checkpoints
+        clock = TrainingClock(device)  # after the run log opens; stops for eval and checkpoints
         throughput = Throughput(clock)
         window = start_log_window(accelerator, cfg, progress, clock)
         while progress.step < total_steps and not stop.requested and not stopping.stops(progress):
@@ -155,7 +141,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 stop.agree()  # every process stops after this step if any was signalled
                 record = window.close(progress.epoch, grad_norm, lr)
                 record |= train_step.precision.log_fields()  # the precision's counts, if any
-                metrics_log.write(record)
+                run_log.write(record)
                 report.show(progress.step, record)
                 throughput.logged(record["samples"])
                 window.restart(progress.step)
@@ -167,7 +153,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                     )
                 record = {"step": progress.step, "epoch": progress.epoch, "split": "val"}
                 record |= {"eval_s": evaluation.seconds} | eval_metrics
-                metrics_log.write(record)
+                run_log.write(record)
                 log.info("step %d | val %s %.4f", progress.step, task.METRIC, record[task.METRIC])
                 stopping.record(progress, record[task.METRIC])
             is_best = progress.best_step == progress.step  # this step's evaluation, the best
@@ -205,6 +191,7 @@ def _model_on_device(
     whatever prepare() wraps the first in)."""
     model = build_model(cfg, preprocess)
     assert_modules_registered(model)  # before the optimizer, which would miss hidden layers
+    model = sync_batchnorm(model, accelerator)  # before prepare() wraps it
     raw_model = model.to(accelerator.device)
     return raw_model, raw_model
 

@@ -19,14 +19,14 @@ from .checkpoint import CheckpointError, load_weights
 from .config import TrainConfig
 from .data import Preprocess
 from .model import build_model
-from .utils.errors import first_line
+from .utils.errors import UserError, first_line
 
 FILES = ("config.yaml", "preprocess.json", "model.safetensors")  # what training writes there
 EXPECTED = f"a training run's model/ folder (with {', '.join(FILES)})"
 _AGAIN = "copy the model folder again, or train again"
 
 
-class ModelFolderError(ValueError):
+class ModelFolderError(UserError, ValueError):
     """A model folder that cannot be used; the message names the file and the fix."""
 
 

@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from .config import ConfigError, TrainConfig
+from .utils.errors import UserError
 from .utils.seed import seed_worker
 
 # The validation split is part of the dataset's definition: it does not move with --seed,
@@ -23,7 +24,7 @@ from .utils.seed import seed_worker
 SPLIT_SEED = 0
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """A data file that cannot be used: the message names it and says what to do.
 
     Raised in a loader worker, it reaches the training process re-created from the worker's
@@ -174,6 +175,10 @@ class InMemoryLoader:
             yield self.inputs[batch], self.targets[batch]
 
 
+# What the loop iterates: whole batches of device tensors, or a DataLoader's workers.
+Loader = InMemoryLoader | DataLoader
+
+
 def resolve_num_workers(num_workers: int | str) -> int:
     """`auto`: half the CPUs this process may use, at most 4; past that workers only contend."""
     if num_workers != "auto":
@@ -184,7 +189,7 @@ def resolve_num_workers(num_workers: int | str) -> int:
 
 def build_loaders(
     cfg: TrainConfig, datasets: Datasets, device: torch.device, generator: torch.Generator
-) -> tuple[InMemoryLoader | DataLoader, InMemoryLoader | DataLoader]:
+) -> tuple[Loader, Loader]:
     """Training batches reshuffle every epoch and drop the ragged last batch (fixed shapes for
     compile and BatchNorm); evaluation batches keep order and every sample, counted once."""
     train_sampler = EpochBatchSampler(

@@ -15,8 +15,10 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from .errors import UserError
 
-class TrainingDiverged(RuntimeError):
+
+class TrainingDiverged(UserError, RuntimeError):
     """The loss became NaN or infinite; the checkpoints written before it are kept."""
 
 

@@ -3,6 +3,13 @@ wrong in a line that names the input, never a library's traceback."""
 
 import re
 
+
+class UserError(Exception):
+    """An error whose message names the input to change (a field, a file, free disk space):
+    the commands exit with its message in one line, never a traceback. Each error type of
+    the project that a user's input can cause derives from it."""
+
+
 # Some libraries colour their messages for a terminal; a line quoted in a log or a file
 # should not carry the escape codes.
 _TERMINAL_COLOURS = re.compile(r"\x1b\[[0-9;]*m")

@@ -2,12 +2,14 @@
 
 from torch import nn
 
+from .errors import UserError
+
 # What nn.Module keeps in every instance (_parameters, _modules, its hooks): the only
 # attributes the audit skips. A private `self._blocks = [...]` hides layers all the same.
 _BOOKKEEPING = frozenset(vars(nn.Module()))
 
 
-class UnregisteredModuleError(TypeError):
+class UnregisteredModuleError(UserError, TypeError):
     """A module keeps sub-modules where PyTorch cannot see them."""
 
 

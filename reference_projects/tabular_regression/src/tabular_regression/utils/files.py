@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from .errors import UserError
+
 # errno of a write that found no room: on the device, in the user's quota, under the size limit.
 NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
@@ -26,7 +28,7 @@ _END_RECORD = b"PK\x05\x06"  # the archive's last 22 bytes: its last 2, the comm
 _CHUNK = 2**22  # bytes read at a time to verify a checksum
 
 
-class DiskFull(OSError):
+class DiskFull(UserError, OSError):
     """A write that found no space left; the message names the file and what to do."""
 
 
