@@ -1,16 +1,36 @@
 """Data for the tests: arguments for short epochs of the embedded shapes, and small
 datasets in the user's format. conftest.py loads these fixtures (pytest_plugins)."""
 
+import functools
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
+from semantic_segmentation import data
 from semantic_segmentation.data import synthetic_shapes
 
 # Short runs' data and model: most tests run a few steps many times, and what they check
 # does not depend on either's size (test_fast_dev_run runs the defaults).
 SHORT_RUN_FIELDS = {"num_images": 400, "image_size": 16}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shapes_drawn_once():
+    """The session's runs share one copy of each number of embedded shapes, read-only:
+    drawing them takes about as long as a short run trains. test_data.py checks that the
+    same count always draws the same."""
+
+    @functools.cache
+    def drawn_once(count: int) -> tuple[np.ndarray, np.ndarray]:
+        images, masks = synthetic_shapes(count)
+        images.flags.writeable = masks.flags.writeable = False
+        return images, masks
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(data, "synthetic_shapes", drawn_once)
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -3,17 +3,32 @@
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
 # Timings differ between runs; everything else a run logs must be identical.
 TIMINGS = {"samples_per_s", "tokens_per_s", "mfu", "data_wait", "eval_s"}
 
+Points = list[tuple[int, float]]  # (step, value) in step order
+Series = dict[str, Points]  # by metric name, as a tracker holds them
+
 
 def logged(output_dir: Path) -> list[dict]:
     """Every record of output_dir/metrics.jsonl, without its timings."""
     lines = (output_dir / "metrics.jsonl").read_text().splitlines()
     return [{k: v for k, v in json.loads(line).items() if k not in TIMINGS} for line in lines]
+
+
+def logged_points(output_dir: Path, name: str, split: str | None = None) -> Points:
+    """`name` by step in output_dir/metrics.jsonl: of the training records, or of `split`'s."""
+    return [(r["step"], r[name]) for r in logged(output_dir) if r.get("split") == split]
+
+
+def assert_same_points(tracked: Points, expected: Points) -> None:
+    assert [step for step, _ in tracked] == [step for step, _ in expected]
+    # Some trackers store float32.
+    assert [v for _, v in tracked] == pytest.approx([v for _, v in expected], rel=1e-6)
 
 
 def weights(output_dir: Path) -> dict[str, torch.Tensor]:

@@ -3,6 +3,7 @@ in the user's format, and a small pretrained model's folder. conftest.py loads t
 (pytest_plugins)."""
 
 import csv
+import functools
 import json
 import re
 from pathlib import Path
@@ -10,11 +11,21 @@ from pathlib import Path
 import pytest
 import torch
 
+from text_classification import data
 from text_classification.reviews import generate_reviews
 
 # Short runs' model: most tests run a few steps many times, and what they check does not
 # depend on its size (test_fast_dev_run runs the defaults).
 SHORT_RUN_FIELDS = {"width": 32, "layers": 1}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def reviews_generated_once():
+    """The session's runs share one copy of the embedded reviews: generating them takes
+    longer than a short run trains. test_data.py checks that a seed always gives the same."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(data, "generate_reviews", functools.cache(generate_reviews))
+        yield
 
 
 @pytest.fixture(scope="session")
