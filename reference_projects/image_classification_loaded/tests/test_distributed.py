@@ -42,7 +42,10 @@ TESTS = Path(__file__).resolve().parent
 SRC = TESTS.parent / "src"
 LAUNCH = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 LAUNCH_TIMEOUT_S = 240  # the whole launch; a hang fails the tests instead of stalling them
-COLLECTIVE_TIMEOUT_S = 10  # --dist_timeout_s of the launched runs
+# --dist_timeout_s of the launch that times a missed collective. The other launch's runs
+# share one process group, set up by the first with RUN_TIMEOUT_S: ample for a loaded
+# machine's slowest step, checkpoint or export, which the other process waits for.
+COLLECTIVE_TIMEOUT_S, RUN_TIMEOUT_S = 10, 300
 STEPS, HALF_BATCH = 6, 16
 PREEMPTED_AT = 4  # a log step of the runs that log every 2 steps
 PREEMPTED = {  # runs preempted at step 4, and the fields they add to the others'
@@ -68,7 +71,7 @@ RUN_FIELDS = {
     "lr": 1e-3,
     "dropout": 0,  # each process draws its own masks: a random one would differ
     "cpu": True,
-    "dist_timeout_s": COLLECTIVE_TIMEOUT_S,
+    "dist_timeout_s": RUN_TIMEOUT_S,
     "compile": False,
     "export_at_end": False,
 }
@@ -135,8 +138,8 @@ def launched(tmp_path_factory, embedded_args, fine_tuning):
     uneven last validation batch, a profiled run, a run that logs
     every 2 steps and two preempted like it (with a checkpoint due at the step they stop
     at, and without), each followed by the same command again, a fine-tuning run whose
-    backbone thaws after step 3, then the missed collective. The report of each process
-    lists, for each run, the steps it trained and the code it exited with."""
+    backbone thaws after step 3. The report of each process lists, for each run, the steps
+    it trained and the code it exited with."""
     root = tmp_path_factory.mktemp("two-processes")
     reports = tmp_path_factory.mktemp("reports")
     # A run of one process with the global batch, whose checkpoint the 2 processes resume.
@@ -159,11 +162,8 @@ def launched(tmp_path_factory, embedded_args, fine_tuning):
         | {"as_built": True},
         "profiled": run("profiled", "--profile", "true"),
         "logged-every-2": run("logged-every-2", *every_2),
-        # Its export is tried before the first step on rank 0, which the others wait for:
-        # seconds of exporting, which a loaded machine may stretch past the others' timeout.
-        "fine-tuned": run(
-            "fine-tuned", *fine_tuning, "--export_at_end", "true", "--dist_timeout_s", "300"
-        ),
+        # Its export is tried before the first step on rank 0, which the others wait for.
+        "fine-tuned": run("fine-tuned", *fine_tuning, "--export_at_end", "true"),
     }
     # SIGTERM reaches rank 1 a step before rank 0, as a scheduler's signal may reach the
     # processes on either side of a step: they must agree to stop at the next log step.
@@ -177,14 +177,17 @@ def launched(tmp_path_factory, embedded_args, fine_tuning):
     return root, report
 
 
-def launch(root: Path, reports: Path, runs: list[dict]) -> list[dict]:
-    """Launch 2 processes that run each of `runs` in turn (multiprocess_runs.py): the report
-    of each process, once the launch has ended, killed with all its processes if it hangs."""
+def launch(
+    root: Path, reports: Path, runs: list[dict], time_collective: bool = False
+) -> list[dict]:
+    """Launch 2 processes that run each of `runs` in turn (multiprocess_runs.py), then, with
+    `time_collective`, time a collective that rank 1 misses: the report of each process,
+    once the launch has ended, killed with all its processes if it hangs."""
     plan = {
         "root": str(root),
         "reports": str(reports),
-        "timeout_s": COLLECTIVE_TIMEOUT_S,
         "runs": runs,
+        "time_collective": time_collective,
     }
     (reports / "plan.json").write_text(json.dumps(plan))
     command = [*LAUNCH, str(TESTS / "multiprocess_runs.py"), str(reports / "plan.json")]
@@ -359,9 +362,14 @@ def test_checkpoint_of_one_process_resumes_on_two(launched):
     assert launch_log.count("written at world size 1, this run's is 2") == 1  # rank 0 only
 
 
-def test_a_collective_one_process_misses_fails_after_the_timeout(launched):
-    _, report = launched
-    collective = report[0]["collective"]
+def test_a_collective_one_process_misses_fails_after_the_timeout(tmp_path, embedded_args):
+    """A run sets up the process group with its --dist_timeout_s; then rank 0 calls a
+    collective that rank 1 never joins, and the group gives up after that timeout."""
+    timeout = ("--dist_timeout_s", str(COLLECTIVE_TIMEOUT_S), "--max_steps", "1")
+    args = run_args(tmp_path / "run", *embedded_args, "--batch_size", str(HALF_BATCH), *timeout)
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    collective = launch(tmp_path, reports, [{"args": args}], time_collective=True)[0]["collective"]
     assert collective["failed"], "rank 0's collective completed without rank 1"
     assert COLLECTIVE_TIMEOUT_S - 1 <= collective["after_s"] < COLLECTIVE_TIMEOUT_S + 30
 
