@@ -80,6 +80,8 @@ class TrackerRun:
         if not self.accelerator.trackers:  # a process other than the main one: none started
             return
         if error is None:
+            # Not accelerator.end_training(): it also destroys the process group, which the
+            # final evaluation, checkpoint and close_processes() still use.
             for tracker in self.accelerator.trackers:
                 tracker.finish()
         else:
