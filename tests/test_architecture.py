@@ -35,7 +35,7 @@ def test_generator_modules_are_at_most_300_lines() -> None:
 # The template's training loop: train.py.jinja decides little by answer (an `{% if %}` or
 # `{% elif %}` tag each decision), and every render's train.py and its train() stay short
 # enough to read in one sitting; the other choices live in files of their own.
-MAX_TRAIN_TAGS = 10
+MAX_TRAIN_TAGS = 8
 MAX_TRAIN_LINES = 300
 MAX_TRAIN_FUNCTION_LINES = 120
 TRAIN_TEMPLATE = REPO_ROOT / "template" / "src" / "{{package_name}}" / "train.py.jinja"
@@ -48,7 +48,7 @@ def test_train_template_decides_no_more_answers_inline_than_it_does_now() -> Non
 
 # Answers decided by file rather than by `if`: the counts today, which may only go down. The
 # aim is 45 in template/src and 4 in each of train.py.jinja and optim.py.jinja.
-MAX_SRC_TAGS = 63
+MAX_SRC_TAGS = 61
 MAX_TAGS_BY_FILE = {"config.py.jinja": 3, "optim.py.jinja": 5, "state.py.jinja": 0}
 SRC_TEMPLATE = TRAIN_TEMPLATE.parent
 
