@@ -48,7 +48,7 @@ def test_train_template_decides_no_more_answers_inline_than_it_does_now() -> Non
 
 # Answers decided by file rather than by `if`: the counts today, which may only go down. The
 # aim is 45 in template/src and 4 in each of train.py.jinja and optim.py.jinja.
-MAX_SRC_TAGS = 51
+MAX_SRC_TAGS = 48
 MAX_TAGS_BY_FILE = {"config.py.jinja": 3, "optim.py.jinja": 5, "state.py.jinja": 0}
 SRC_TEMPLATE = TRAIN_TEMPLATE.parent
 
