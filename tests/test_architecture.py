@@ -47,17 +47,25 @@ def test_train_template_decides_no_more_answers_inline_than_it_does_now() -> Non
 
 
 # Answers decided by file rather than by `if`: the counts today, which may only go down. The
-# aim is 45 in template/src and 4 in each of train.py.jinja and optim.py.jinja.
-MAX_SRC_TAGS = 48
-MAX_TAGS_BY_FILE = {"config.py.jinja": 3, "optim.py.jinja": 5, "state.py.jinja": 0}
+# aims were at most 45 in template/src (reached) and 6 in any one file; train.py.jinja
+# (MAX_TRAIN_TAGS above) and optim.py.jinja aim at 4.
+MAX_SRC_TAGS = 44
+MAX_TAGS_PER_FILE = 6
+MAX_TAGS_BY_FILE = {
+    "train.py.jinja": MAX_TRAIN_TAGS,
+    "config.py.jinja": 3,
+    "optim.py.jinja": 5,
+    "state.py.jinja": 0,
+}
 SRC_TEMPLATE = TRAIN_TEMPLATE.parent
 
 
 def test_the_template_decides_no_more_answers_inline_than_it_does_now() -> None:
     tags = decision_tags_by_file(SRC_TEMPLATE)
     assert sum(tags.values()) <= MAX_SRC_TAGS, f"{sum(tags.values())} if/elif tags in src/"
-    over = {name: tags[name] for name, cap in MAX_TAGS_BY_FILE.items() if tags[name] > cap}
-    assert not over, f"if/elif tags over {MAX_TAGS_BY_FILE}: {over}"
+    caps = {name: MAX_TAGS_BY_FILE.get(Path(name).name, MAX_TAGS_PER_FILE) for name in tags}
+    over = {name: count for name, count in tags.items() if count > caps[name]}
+    assert not over, f"if/elif tags over {MAX_TAGS_PER_FILE} (or {MAX_TAGS_BY_FILE}): {over}"
 
 
 MAX_TEST_TAGS = 82  # the aim is 70
