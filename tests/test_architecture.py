@@ -68,7 +68,7 @@ def test_the_template_decides_no_more_answers_inline_than_it_does_now() -> None:
     assert not over, f"if/elif tags over {MAX_TAGS_PER_FILE} (or {MAX_TAGS_BY_FILE}): {over}"
 
 
-MAX_TEST_TAGS = 71  # the aim is 70
+MAX_TEST_TAGS = 70  # the aim, reached
 TESTS_TEMPLATE = REPO_ROOT / "template" / "tests"
 
 
