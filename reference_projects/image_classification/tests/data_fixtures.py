@@ -1,6 +1,6 @@
 """Data for the tests: arguments for short epochs of the embedded digits, small datasets in
-the user's format, and a small pretrained model's folder. conftest.py loads these fixtures
-(pytest_plugins)."""
+the user's format, a small pretrained model's folder, and what test_describe.py and
+test_model_folder.py expect of this task. conftest.py loads these fixtures (pytest_plugins)."""
 
 from pathlib import Path
 
@@ -8,6 +8,9 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+
+from image_classification.loaders import Datasets
+from image_classification.predict import main as predict
 
 # Short runs' model: most tests run a few steps many times, and what they check does not
 # depend on its size (test_fast_dev_run runs the defaults).
@@ -75,3 +78,25 @@ def pretrained_folder(tmp_path_factory) -> Path:
     config = ViTConfig(image_size=16, patch_size=4, intermediate_size=64, **shape)
     ViTModel(config, add_pooling_layer=False).save_pretrained(folder)
     return folder
+
+
+# For test_model_folder.py: a field of another task's config, and each command that reads a
+# model folder, as a function of the folder (what follows it never matters: it is checked
+# first).
+FOREIGN_FIELD = "text_field"
+MODEL_FOLDER_COMMANDS = {
+    "predict": lambda model_dir: predict([str(model_dir), "image.png"]),
+}
+
+
+def class_counts(datasets: Datasets) -> list[str]:
+    """The start of describe's line of each class: its name and training count."""
+    names = datasets.preprocess.class_names
+    counts = datasets.train_targets.flatten().bincount(minlength=len(names))
+    return [f"{name} {count} " for name, count in zip(names, counts.tolist(), strict=True)]
+
+
+def described_lines(datasets: Datasets) -> list[str]:
+    """For test_describe.py: the lines, or their starts, that describe shows of user_data's
+    datasets besides every task's (words one space apart)."""
+    return [*class_counts(datasets), "image files: 96, all 16x16, modes RGB 96"]

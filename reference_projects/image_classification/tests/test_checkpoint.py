@@ -14,6 +14,7 @@ import pytest
 import torch
 from calls import refusal
 from safetensors.torch import load_file
+from tracker_setup import child_environment
 
 from image_classification import checkpoint, state
 from image_classification.checkpoint import (
@@ -217,9 +218,9 @@ def train_on_a_full_disk(args: list[str], environment: dict, log: str, writing: 
 
 def full_disk_run(trainers, args: list[str], tmp_path, writing: str) -> tuple[int, list[str]]:
     """The exit code and output lines of train_on_a_full_disk."""
-    log, environment = tmp_path / "output.txt", dict(os.environ)
+    log = tmp_path / "output.txt"
     child = trainers.Process(
-        target=train_on_a_full_disk, args=(args, environment, str(log), writing)
+        target=train_on_a_full_disk, args=(args, child_environment(), str(log), writing)
     )
     child.start()
     child.join(timeout=120)

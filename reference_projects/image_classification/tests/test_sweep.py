@@ -16,6 +16,7 @@ import yaml
 from calls import refusal
 from PIL import Image
 from run_logs import assert_same_end, logged
+from tracker_setup import child_environment
 
 from image_classification import task
 from image_classification.config import load_config
@@ -47,8 +48,8 @@ def sweep_command(
 
 
 def project_env() -> dict[str, str]:
-    environment = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
-    return environment
+    """As a shell starts a sweep (tracker_setup.py)."""
+    return {**child_environment(), "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
 
 
 def run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:

@@ -1,8 +1,4 @@
-import multiprocessing
-import os
 import shutil
-import time
-from multiprocessing import forkserver
 from pathlib import Path
 
 import pytest
@@ -15,17 +11,10 @@ from image_classification_loaded.config import load_config
 from image_classification_loaded.run_folder import records
 from image_classification_loaded.train import main as train
 
-# The task's data for the tests: the embedded data's arguments, small datasets in the
-# user's format (tests/data_fixtures.py).
-pytest_plugins = ["data_fixtures"]
-SRC = Path(__file__).resolve().parents[1] / "src"
-# A training run's imports, made once by the server its children fork from: the project,
-# torch._dynamo (imported at the optimizer's first use) and the tracker's library.
-PRELOAD = [
-    "image_classification_loaded.train",
-    "torch._dynamo",
-    "torch.utils.tensorboard",
-]
+# Fixtures of their own modules: the task's data for the tests (the embedded data's
+# arguments, small datasets in the user's format), the tracker's setup, and training runs
+# in child processes, to kill or stop.
+pytest_plugins = ["data_fixtures", "tracker_setup", "training_children"]
 
 
 def reset_accelerate_state() -> None:
@@ -58,76 +47,6 @@ def skip_drawing_curves(monkeypatch):
     """Drawing curves.png costs matplotlib a fifth of a second, more than a short run trains:
     only test_run_records.py, which checks the picture, draws it."""
     monkeypatch.setattr(records, "plot_curves", lambda *args: None)
-
-
-def steps_logged(metrics: Path) -> int:
-    with metrics.open() as lines:
-        return sum(1 for line in lines if '"split"' not in line)
-
-
-@pytest.fixture(scope="session")
-def trainers():
-    """Training processes forked from one that has imported torch and this project once
-    (multiprocessing's forkserver): each is a process of its own, killed for real, without
-    the seconds a new interpreter spends on imports. The server starts clean, on one thread
-    and with the package on its path, whatever this process has run or set up before."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPATH", str(SRC), prepend=os.pathsep)
-        patch.setenv("OMP_NUM_THREADS", "1")
-        forkserver.ensure_running()
-    return context
-
-
-def quiet_train(args: list[str], environment: dict[str, str]) -> None:
-    """A training run, as `python -m` starts it, in a forked child; its output discarded.
-    It sees the test's environment, as a subprocess would (the server has its own)."""
-    # Loader workers fork from this process, as from `python -m`: forked by the server, they
-    # would not see a killed run end, and would outlive it.
-    multiprocessing.set_start_method("fork", force=True)
-    os.environ.clear()
-    os.environ.update(environment)
-    torch.set_num_threads(1)  # as the test's runs (one_thread)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
-    train(args)
-
-
-@pytest.fixture
-def interrupt(trainers):
-    """interrupt(args, output_dir, at_step, signum): train in a child process, send it
-    `signum` once it has logged `at_step`, and return its exit code."""
-    return lambda *args: _interrupt(trainers, *args)
-
-
-@pytest.fixture
-def start_training(trainers):
-    """start_training(args): a training run started in a child process, for the test to stop."""
-    return lambda args: _start_training(trainers, args)
-
-
-def _start_training(trainers, args: list[str]) -> multiprocessing.Process:
-    environment = dict(os.environ)
-    child = trainers.Process(target=quiet_train, args=(args, environment))
-    child.start()
-    return child
-
-
-def _interrupt(trainers, args: list[str], output_dir: Path, at_step: int, signum: int) -> int:
-    child = _start_training(trainers, args)
-    metrics, deadline = output_dir / "metrics.jsonl", time.monotonic() + 120
-    try:
-        while child.is_alive() and time.monotonic() < deadline:
-            if metrics.exists() and steps_logged(metrics) >= at_step:
-                os.kill(child.pid, signum)
-                break
-            time.sleep(0.002)
-        child.join(timeout=60)
-        return child.exitcode
-    finally:
-        child.kill()
 
 
 @pytest.fixture

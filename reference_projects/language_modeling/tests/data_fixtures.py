@@ -1,11 +1,15 @@
-"""Data for the tests: arguments for short epochs of the embedded Python docs, and small
-datasets in the user's format. conftest.py loads these fixtures (pytest_plugins)."""
+"""Data for the tests: arguments for short epochs of the embedded Python docs, small datasets
+in the user's format, and what test_describe.py and test_model_folder.py expect of this task.
+conftest.py loads these fixtures (pytest_plugins)."""
 
 from pathlib import Path
 
 import pytest
 
 from language_modeling.data import embedded_text
+from language_modeling.loaders import Datasets
+from language_modeling.predict import main as predict
+from language_modeling.sample import main as sample
 
 # Short runs' data and model: most tests run a few steps many times, and what they check
 # does not depend on either's size (test_fast_dev_run runs the defaults).
@@ -48,3 +52,19 @@ def _text_folder(root: Path, files: int = 3, size: int = 2000) -> Path:
         start = 50_000 * (index + 1)
         (root / f"part{index}.txt").write_text(text[start : start + size], encoding="utf-8")
     return root
+
+
+# For test_model_folder.py: a field of another task's config, and each command that reads a
+# model folder, as a function of the folder (what follows it never matters: it is checked
+# first).
+FOREIGN_FIELD = "text_field"
+MODEL_FOLDER_COMMANDS = {
+    "predict": lambda model_dir: predict([str(model_dir), "text.txt"]),
+    "sample": lambda model_dir: sample([str(model_dir), "--length", "3"]),
+}
+
+
+def described_lines(datasets: Datasets) -> list[str]:
+    """For test_describe.py: the lines, or their starts, that describe shows of user_data's
+    datasets besides every task's (words one space apart)."""
+    return [f"train text: {len(datasets.train_targets)} bytes, "]

@@ -1,5 +1,6 @@
-"""Data for the tests: arguments for short epochs of the embedded shapes, and small
-datasets in the user's format. conftest.py loads these fixtures (pytest_plugins)."""
+"""Data for the tests: arguments for short epochs of the embedded shapes, small datasets in
+the user's format, and what test_describe.py and test_model_folder.py expect of this task.
+conftest.py loads these fixtures (pytest_plugins)."""
 
 import functools
 from pathlib import Path
@@ -10,6 +11,8 @@ from PIL import Image
 
 from semantic_segmentation import data
 from semantic_segmentation.data import synthetic_shapes
+from semantic_segmentation.loaders import Datasets
+from semantic_segmentation.predict import main as predict
 
 # Short runs' data and model: most tests run a few steps many times, and what they check
 # does not depend on either's size (test_fast_dev_run runs the defaults).
@@ -68,3 +71,25 @@ def _segmentation_folder(root: Path, count: int = 24, suffix: str = ".png") -> P
         Image.fromarray(image).save(root / "images" / f"{index:03d}{suffix}")
         Image.fromarray(mask).save(root / "masks" / f"{index:03d}.png")
     return root
+
+
+# For test_model_folder.py: a field of another task's config, and each command that reads a
+# model folder, as a function of the folder (what follows it never matters: it is checked
+# first).
+FOREIGN_FIELD = "text_field"
+MODEL_FOLDER_COMMANDS = {
+    "predict": lambda model_dir: predict([str(model_dir), "image.png"]),
+}
+
+
+def class_counts(datasets: Datasets) -> list[str]:
+    """The start of describe's line of each class: its name and training count."""
+    names = datasets.preprocess.class_names
+    counts = datasets.train_targets.flatten().bincount(minlength=len(names))
+    return [f"{name} {count} " for name, count in zip(names, counts.tolist(), strict=True)]
+
+
+def described_lines(datasets: Datasets) -> list[str]:
+    """For test_describe.py: the lines, or their starts, that describe shows of user_data's
+    datasets besides every task's (words one space apart)."""
+    return [*class_counts(datasets), "image files: 96, all 32x32, modes RGB 96"]

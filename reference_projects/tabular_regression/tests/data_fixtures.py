@@ -1,10 +1,15 @@
-"""Data for the tests: arguments for short epochs of the embedded diabetes table, and small
-datasets in the user's format. conftest.py loads these fixtures (pytest_plugins)."""
+"""Data for the tests: arguments for short epochs of the embedded diabetes table, small
+datasets in the user's format, and what test_describe.py and test_model_folder.py expect of
+this task. conftest.py loads these fixtures (pytest_plugins)."""
 
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tabular_regression.loaders import Datasets
+from tabular_regression.predict import main as predict
+from tabular_regression.reference import main as reference
 
 # Short runs train the default model on the embedded data: both are small already.
 SHORT_RUN_FIELDS: dict[str, object] = {}
@@ -45,3 +50,20 @@ def _table(path: Path, rows: int = 120, seed: int = 0) -> Path:
     table = np.column_stack([a, b, c, y])
     np.savetxt(path, table, fmt="%.6g", delimiter=",", header="a,b,c,y", comments="")
     return path
+
+
+# For test_model_folder.py: a field of another task's config, and each command that reads a
+# model folder, as a function of the folder (what follows it never matters: it is checked
+# first).
+FOREIGN_FIELD = "text_field"
+MODEL_FOLDER_COMMANDS = {
+    "predict": lambda model_dir: predict([str(model_dir), "rows.csv"]),
+    "reference": lambda model_dir: reference([str(model_dir)]),
+}
+
+
+def described_lines(datasets: Datasets) -> list[str]:
+    """For test_describe.py: the lines, or their starts, that describe shows of user_data's
+    datasets besides every task's (words one space apart)."""
+    names = datasets.preprocess.feature_names
+    return [f"features: {len(names)} ({', '.join(names)})", "target 'y' in train: "]

@@ -1,6 +1,6 @@
 """Data for the tests: arguments for short epochs of the embedded reviews, small datasets
-in the user's format, and a small pretrained model's folder. conftest.py loads these fixtures
-(pytest_plugins)."""
+in the user's format, a small pretrained model's folder, and what test_describe.py and
+test_model_folder.py expect of this task. conftest.py loads these fixtures (pytest_plugins)."""
 
 import csv
 import functools
@@ -12,6 +12,8 @@ import pytest
 import torch
 
 from text_classification import data
+from text_classification.loaders import Datasets
+from text_classification.predict import main as predict
 from text_classification.reviews import generate_reviews
 
 # Short runs' model: most tests run a few steps many times, and what they check does not
@@ -88,3 +90,25 @@ def pretrained_folder(tmp_path_factory) -> Path:
     shape |= {"vocab_size": len(vocabulary), "intermediate_size": 64}
     BertModel(BertConfig(max_position_embeddings=128, **shape)).save_pretrained(folder)
     return folder
+
+
+# For test_model_folder.py: a field of another task's config, and each command that reads a
+# model folder, as a function of the folder (what follows it never matters: it is checked
+# first).
+FOREIGN_FIELD = "image_size"
+MODEL_FOLDER_COMMANDS = {
+    "predict": lambda model_dir: predict([str(model_dir), "Not bad."]),
+}
+
+
+def class_counts(datasets: Datasets) -> list[str]:
+    """The start of describe's line of each class: its name and training count."""
+    names = datasets.preprocess.class_names
+    counts = datasets.train_targets.flatten().bincount(minlength=len(names))
+    return [f"{name} {count} " for name, count in zip(names, counts.tolist(), strict=True)]
+
+
+def described_lines(datasets: Datasets) -> list[str]:
+    """For test_describe.py: the lines, or their starts, that describe shows of user_data's
+    datasets besides every task's (words one space apart)."""
+    return class_counts(datasets)

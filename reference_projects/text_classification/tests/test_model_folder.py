@@ -8,16 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from calls import refusal
-
-from text_classification.predict import main as predict
-
-# A field of another task's config (text_classification's or image_classification's).
-FOREIGN_FIELD = "image_size"
-# Each command that reads a model folder, as a function of the folder: what follows the
-# folder never matters, as the folder is checked first.
-COMMANDS = {
-    "predict": lambda model_dir: predict([str(model_dir), "Not bad."]),
-}
+from data_fixtures import FOREIGN_FIELD, MODEL_FOLDER_COMMANDS
 
 
 def truncate(path: Path) -> None:
@@ -69,7 +60,7 @@ def files_under(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("command", MODEL_FOLDER_COMMANDS)
 @pytest.mark.parametrize("damage", DAMAGES)
 def test_a_wrong_or_damaged_model_folder_is_one_line_and_nothing_is_written(
     command, damage, checkpointed_run, tmp_path, monkeypatch
@@ -83,6 +74,6 @@ def test_a_wrong_or_damaged_model_folder_is_one_line_and_nothing_is_written(
     before = files_under(tmp_path)
     monkeypatch.chdir(tmp_path)  # where predict writes by default (segmentation masks)
 
-    message = refusal(COMMANDS[command], folder)
+    message = refusal(MODEL_FOLDER_COMMANDS[command], folder)
     assert message.startswith("error: ") and expected.format(folder=folder) in message, message
     assert files_under(tmp_path) == before

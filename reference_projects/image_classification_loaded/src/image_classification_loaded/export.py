@@ -216,13 +216,16 @@ def _float32_rounding(expected: Tensor, exact: Callable[[Tensor], Tensor], input
         return 0.0
 
 
-def check_exportable(cfg: TrainConfig, preprocess: Preprocess) -> None:
-    """Export a --pretrained run's freshly built model to a scratch folder, verified: an
-    architecture the export cannot take is refused before training, not after it.
+def check_exportable(cfg: TrainConfig, preprocess: Preprocess, resumed_from: Path | None) -> None:
+    """Export a new --pretrained run's model as built to a scratch folder, verified: an
+    architecture the export cannot take is refused before the run writes anything, not
+    after training. A resumed run passed it when it started; --export_at_end false skips it.
 
     Building the model draws its new head's weights: on a fork of the random state, so that
     the run trains as it would without the check.
     """
+    if resumed_from is not None or cfg.pretrained is None or not cfg.export_at_end:
+        return
     scratch_folder = tempfile.TemporaryDirectory(prefix="export-check-")
     with torch.random.fork_rng(devices=[]), scratch_folder as scratch:
         model = build_model(cfg, preprocess).eval()

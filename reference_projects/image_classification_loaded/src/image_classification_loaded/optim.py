@@ -4,7 +4,6 @@ optimizer step that the training loop and tune.py both run."""
 import math
 import time
 from collections.abc import Iterator
-from contextlib import nullcontext
 
 import torch
 from accelerate import Accelerator
@@ -15,6 +14,7 @@ from .average import NoAverage, WeightAverage
 from .backbone import backbone_frozen, optimizer_groups, thaw_backbone
 from .config import TrainConfig
 from .precision import StepPrecision, build_adamw
+from .processes import gradient_sync
 from .utils.monitor import LogWindow
 
 # Warmup lasts warmup_steps, but at most this share of the run: a short run (small data, few
@@ -89,10 +89,7 @@ class TrainStep:
             inputs = inputs.to(device, non_blocking=True)
             targets = targets.to(device, non_blocking=True)
             window.data_s += time.perf_counter() - fetch_start
-            # DDP averages gradients over processes in backward: on the group's last
-            # micro-batch only, since the others' gradients are summed locally first.
-            last = index == group - 1
-            with nullcontext() if last else self.accelerator.no_sync(self.model):
+            with gradient_sync(self.accelerator, self.model, index == group - 1):
                 loss = task.compute_loss(self.model(inputs), targets) / group
                 self.accelerator.backward(loss)
             window.add_loss(loss.detach())

@@ -1,13 +1,15 @@
 """What running as several processes decides: the Accelerator that joins them and its log,
-each process's share of the data and SyncBatchNorm, and the loop's log window, metrics log,
-progress bar, profiler and preemption handler, each the global one (the main process logs
-and writes; every process stops together)."""
+each process's share of the data and SyncBatchNorm, when gradients are reduced, and the
+loop's log window, metrics log, progress bar, profiler and preemption handler, each the
+global one (the main process logs and writes; every process stops together)."""
 
 import gc
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, Protocol
 
 import torch
 from accelerate import Accelerator
@@ -20,15 +22,22 @@ from .distributed import (
     DiscardedLog,
     GlobalLogWindow,
     SharedPreemption,
+    broadcast_buffers,
     check_launch,
+    sum_over_processes,
 )
 from .loaders import Datasets, Loader, build_loaders
-from .optim import TrainStep
 from .run_folder.records import METRICS_FILE, MetricsLog
 from .utils.monitor import ProgressReport, TrainingClock, configure_logging
 from .utils.profiling import NoProfiler, build_profiler
 
 log = logging.getLogger(__name__)
+
+
+class StepWithModel(Protocol):
+    """optim.TrainStep, which imports this module: what the end of the processes needs."""
+
+    model: nn.Module | None
 
 
 def start_accelerator(cfg: TrainConfig) -> Accelerator:
@@ -115,7 +124,25 @@ def sync_batchnorm(model: nn.Module, accelerator: Accelerator) -> nn.Module:
     return nn.SyncBatchNorm.convert_sync_batchnorm(model)
 
 
-def close_processes(accelerator: Accelerator, train_step: TrainStep) -> None:
+def gradient_sync(
+    accelerator: Accelerator, model: nn.Module, last_micro_batch: bool
+) -> AbstractContextManager:
+    """DDP averages gradients over processes in backward: on a group's last micro-batch
+    only, since the others' gradients are summed locally first."""
+    return nullcontext() if last_micro_batch else accelerator.no_sync(model)
+
+
+def evaluation_buffers(model: nn.Module, accelerator: Accelerator) -> None:
+    """Each process evaluates its share with rank 0's buffers (BatchNorm statistics)."""
+    broadcast_buffers(model, accelerator)
+
+
+def global_metrics(metrics: Any, accelerator: Accelerator) -> Any:
+    """Every process's share of the evaluation, summed: each sample counted once."""
+    return sum_over_processes(metrics, accelerator)
+
+
+def close_processes(accelerator: Accelerator, train_step: StepWithModel) -> None:
     """Close the process group once DDP has let go of it. Were DDP's reducer the group's last
     holder, freeing it would join the group's threads while holding the GIL, which a thread
     freeing a collective's tensors waits for: the run would log `done` and hang. The group's
@@ -160,7 +187,7 @@ def start_profiler(
     return build_profiler(cfg.profile and accelerator.is_main_process, output_dir / "profile")
 
 
-def preemption(accelerator: Accelerator, train_step: TrainStep) -> SharedPreemption:
+def preemption(accelerator: Accelerator, train_step: StepWithModel) -> SharedPreemption:
     """The loop's stop on a signal. A stopped run closes its process group before it exits:
     one left to the interpreter's exit can abort a process (SIGABRT), and a SLURM job would
     see 134 instead of 75, and not be requeued."""

@@ -38,7 +38,7 @@ from .config import ConfigError, TrainConfig, load_config
 from .search.pruning import PRUNER, study_pruner
 from .search.report import write_report
 from .search.space import Dimension, as_arguments, read_space
-from .search.trial_processes import TrialProcesses
+from .search.trials import Trials, add_trial_options, trial_options
 from .utils.cli import Parser, at_least
 from .utils.monitor import Preemption, configure_logging
 
@@ -48,8 +48,6 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 PACKAGE = __package__  # also when run as `python -m PACKAGE.sweep`, where __name__ is __main__
 STUDY = "sweep"  # the study's name in its storage
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
-# How each trial starts its processes, as the README starts training on this machine's GPUs.
-LAUNCHER = "python -m accelerate.commands.launch --config_file configs/accelerate/one-machine.yaml"
 
 
 class TrialFailed(RuntimeError):
@@ -75,7 +73,7 @@ def main(argv: list[str] | None = None) -> optuna.Study:
     except ConfigError as error:
         raise SystemExit(f"error: {error}") from None
     if not args.report:
-        processes = TrialProcesses()
+        processes = Trials()
         try:
             if not args.worker:  # a worker's sweep has waited already
                 _wait_for_interrupted(study, args.heartbeat_s)
@@ -206,7 +204,7 @@ def run_workers(args: Any, fixed: list[str], processes: Any) -> None:
     options += ["--study_dir", str(args.study_dir), "--pruner", args.pruner]
     options += ["--startup_trials", str(args.startup_trials)]
     options += ["--heartbeat_s", str(args.heartbeat_s), "--worker"]
-    options += ["--launcher", args.launcher]
+    options += trial_options(args)
     options += ["--storage", args.storage] if args.storage else []
     sweep = [sys.executable, "-m", f"{PACKAGE}.sweep", *options, *fixed]
     codes = processes.run([[*sweep, "--seed", str(args.seed + i)] for i in range(args.workers)])
@@ -256,7 +254,7 @@ def _parser() -> Parser:
     option("--startup_trials", type=at_least(0, int), default=5, metavar="N", help=_STARTUP)
     option("--seed", type=at_least(0, int), default=0, metavar="S", help=_SEED)
     option("--heartbeat_s", type=at_least(1, int), default=10, metavar="S", help=_HEARTBEAT)
-    option("--launcher", default=LAUNCHER, metavar="COMMAND", help="starts each trial's processes")
+    add_trial_options(option)
     option("--report", action="store_true", help="write the report and exit")
     option("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_config_fields(

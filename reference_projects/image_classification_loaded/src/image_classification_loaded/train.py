@@ -18,14 +18,13 @@ import torch
 from accelerate import Accelerator
 from torch import nn
 
-from . import task
+from . import export, task
 from .average import weight_average
 from .backbone import backbone_frozen
 from .checkpoint import Progress
 from .config import TrainConfig, apply_fast_dev_run, load_config
 from .data import Preprocess, build_datasets
 from .evaluate import early_stopping, evaluate
-from .export import check_exportable, describe, export_run
 from .loaders import Datasets
 from .model import build_model
 from .optim import FEW_STEPS, TrainStep, build_optimizer
@@ -97,7 +96,10 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     progress, resumed_from, state = resume_point(
         cfg, datasets.fingerprint, accelerator.num_processes, batches_per_epoch, total_steps
     )
-    on_main_process(accelerator, lambda: _open_run_folder(cfg, datasets, accelerator, resumed_from))
+    on_main_process(
+        accelerator, lambda: export.check_exportable(cfg, datasets.preprocess, resumed_from)
+    )
+    on_main_process(accelerator, lambda: start_run_folder(cfg, datasets, accelerator))
 
     # --- model, optimizer and the resumed state
     model, raw_model = _model_on_device(cfg, datasets.preprocess, accelerator)
@@ -181,7 +183,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     )
     close_processes(accelerator, train_step)
     if cfg.export_at_end and accelerator.is_main_process:  # the final weights, verified
-        log.info("%s", describe(export_run(output_dir, checkpoint="latest")))
+        log.info("%s", export.describe(export.export_run(output_dir, checkpoint="latest")))
     release_run_folder(output_dir)
     log.info("done: %(metric)s %(value).4f (baseline %(baseline_value).4f)", summary)
     return summary
@@ -203,16 +205,6 @@ def _model_on_device(
     # shapes: one shape-generic graph costs less than a static one, then a dynamic one.
     # Evaluation runs raw_model: a smaller last batch and eval-mode BatchNorm would recompile.
     return torch.compile(model, dynamic=task.DYNAMIC_SHAPES, disable=not cfg.compile), raw_model
-
-
-def _open_run_folder(
-    cfg: TrainConfig, datasets: Datasets, accelerator: Accelerator, resumed_from: Path | None
-) -> None:
-    """The run folder, once a new fine-tuning run's export has been tried on the model as
-    built: an architecture the export cannot take is refused before anything is written."""
-    if resumed_from is None and cfg.pretrained is not None and cfg.export_at_end:
-        check_exportable(cfg, datasets.preprocess)
-    start_run_folder(cfg, datasets, accelerator)
 
 
 def _total_steps(cfg: TrainConfig, batches_per_epoch: int) -> int:

@@ -12,6 +12,7 @@ from torch import nn
 from . import task
 from .checkpoint import Progress
 from .config import TrainConfig
+from .processes import evaluation_buffers, global_metrics
 from .search.pruning import NoPruning, TrialPruning, trial_pruning
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,7 @@ def evaluate(
 ) -> dict[str, float]:
     """The task's metrics of `model` (left in training mode) over every batch of `loader`."""
     device = accelerator.device
+    evaluation_buffers(model, accelerator)
     model.eval()
     release_cached_memory(device)  # training's cached blocks, for evaluation's other shapes
     metrics = task.Metrics(device, preprocess)
@@ -32,7 +34,7 @@ def evaluate(
             metrics.update(model(inputs), targets)
     release_cached_memory(device)  # and evaluation's, before training allocates again
     model.train()
-    return metrics.compute()
+    return global_metrics(metrics, accelerator).compute()
 
 
 def improves(value: float, best: float | None, by: float = 0.0) -> bool:

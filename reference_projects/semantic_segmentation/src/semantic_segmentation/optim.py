@@ -13,6 +13,7 @@ from . import task
 from .average import NoAverage, WeightAverage
 from .config import TrainConfig
 from .precision import StepPrecision, build_adamw
+from .processes import gradient_sync
 from .utils.monitor import LogWindow
 
 # Warmup lasts warmup_steps, but at most this share of the run: a short run (small data, few
@@ -82,14 +83,15 @@ class TrainStep:
         before clipping, and the learning rate. Each loss is divided by the group's size, as
         an epoch's last group may be short."""
         device = self.accelerator.device
-        for _ in range(group):
+        for index in range(group):
             fetch_start = time.perf_counter()
             inputs, targets = next(micro_batches)
             inputs = inputs.to(device, non_blocking=True)
             targets = targets.to(device, non_blocking=True)
             window.data_s += time.perf_counter() - fetch_start
-            loss = task.compute_loss(self.model(inputs), targets) / group
-            self.accelerator.backward(loss)
+            with gradient_sync(self.accelerator, self.model, index == group - 1):
+                loss = task.compute_loss(self.model(inputs), targets) / group
+                self.accelerator.backward(loss)
             window.add_loss(loss.detach())
             window.samples += len(targets)
         grad_norm = self.precision.clip(self.model, self.cfg.max_grad_norm)

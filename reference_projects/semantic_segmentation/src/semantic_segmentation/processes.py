@@ -1,10 +1,13 @@
-"""What running as one process decides: the Accelerator and its log, the loaders, and the
-loop's log window, metrics log, progress bar, profiler and preemption handler."""
+"""What running as one process decides: the Accelerator and its log, the loaders, gradients
+that need no reduction, and the loop's log window, metrics log, progress bar, profiler and
+preemption handler."""
 
 import logging
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import Any, Protocol
 
 import torch
 from accelerate import Accelerator
@@ -13,12 +16,17 @@ from torch import nn
 from .checkpoint import Progress
 from .config import ConfigError, TrainConfig
 from .loaders import Datasets, Loader, build_loaders
-from .optim import TrainStep
 from .run_folder.records import METRICS_FILE, MetricsLog
 from .utils.monitor import LogWindow, Preemption, ProgressReport, TrainingClock, configure_logging
 from .utils.profiling import NoProfiler, build_profiler
 
 log = logging.getLogger(__name__)
+
+
+class StepWithModel(Protocol):
+    """optim.TrainStep, which imports this module: what the end of the processes needs."""
+
+    model: nn.Module | None
 
 
 def start_accelerator(cfg: TrainConfig) -> Accelerator:
@@ -54,7 +62,23 @@ def sync_batchnorm(model: nn.Module, accelerator: Accelerator) -> nn.Module:
     return model
 
 
-def close_processes(accelerator: Accelerator, train_step: TrainStep) -> None:
+def gradient_sync(
+    accelerator: Accelerator, model: nn.Module, last_micro_batch: bool
+) -> AbstractContextManager:
+    """One process: backward has no gradients to reduce between processes."""
+    return nullcontext()
+
+
+def evaluation_buffers(model: nn.Module, accelerator: Accelerator) -> None:
+    """One process: the buffers it evaluates with (BatchNorm statistics) are its own."""
+
+
+def global_metrics(metrics: Any, accelerator: Accelerator) -> Any:
+    """One process evaluated every sample: its metrics are the global ones."""
+    return metrics
+
+
+def close_processes(accelerator: Accelerator, train_step: StepWithModel) -> None:
     """One process has no group to close: its end releases everything."""
 
 
@@ -85,5 +109,5 @@ def start_profiler(
     return build_profiler(cfg.profile, output_dir / "profile")
 
 
-def preemption(accelerator: Accelerator, train_step: TrainStep) -> Preemption:
+def preemption(accelerator: Accelerator, train_step: StepWithModel) -> Preemption:
     return Preemption()

@@ -38,7 +38,7 @@ from .config import ConfigError, TrainConfig, load_config
 from .search.pruning import PRUNER, study_pruner
 from .search.report import write_report
 from .search.space import Dimension, as_arguments, read_space
-from .search.trial_processes import TrialProcesses
+from .search.trials import Trials, add_trial_options, trial_options
 from .utils.cli import Parser, at_least
 from .utils.monitor import Preemption, configure_logging
 
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> optuna.Study:
     except ConfigError as error:
         raise SystemExit(f"error: {error}") from None
     if not args.report:
-        processes = TrialProcesses()
+        processes = Trials()
         try:
             if not args.worker:  # a worker's sweep has waited already
                 _wait_for_interrupted(study, args.heartbeat_s)
@@ -204,6 +204,7 @@ def run_workers(args: Any, fixed: list[str], processes: Any) -> None:
     options += ["--study_dir", str(args.study_dir), "--pruner", args.pruner]
     options += ["--startup_trials", str(args.startup_trials)]
     options += ["--heartbeat_s", str(args.heartbeat_s), "--worker"]
+    options += trial_options(args)
     options += ["--storage", args.storage] if args.storage else []
     sweep = [sys.executable, "-m", f"{PACKAGE}.sweep", *options, *fixed]
     codes = processes.run([[*sweep, "--seed", str(args.seed + i)] for i in range(args.workers)])
@@ -253,6 +254,7 @@ def _parser() -> Parser:
     option("--startup_trials", type=at_least(0, int), default=5, metavar="N", help=_STARTUP)
     option("--seed", type=at_least(0, int), default=0, metavar="S", help=_SEED)
     option("--heartbeat_s", type=at_least(1, int), default=10, metavar="S", help=_HEARTBEAT)
+    add_trial_options(option)
     option("--report", action="store_true", help="write the report and exit")
     option("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_config_fields(

@@ -1,4 +1,5 @@
-"""The processes of a sweep (sweep.py): each trial's training, and the workers.
+"""The processes of a sweep (sweep.py): each trial's training (started as trials.py says),
+and the workers.
 
 A signal to the sweep reaches them: on SIGTERM a run checkpoints and exits 75, and the sweep
 stops after it. A sweep that dies without a word (SIGKILL) takes them along: on Linux each
@@ -10,10 +11,8 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
-PACKAGE = __name__.partition(".")[0]
 # Run before a command on Linux: asks for SIGTERM when the parent dies (PR_SET_PDEATHSIG),
 # then becomes the command, which keeps that setting.
 ON_PARENT_DEATH = (
@@ -23,19 +22,12 @@ ON_PARENT_DEATH = (
 
 class TrialProcesses:
     """Starts the sweep's processes one set at a time and passes SIGTERM on to them;
-    `requested` holds the signal once one came."""
+    `requested` holds the signal once one came. trials.Trials adds how a trial starts."""
 
     def __init__(self) -> None:
         self.requested: int | None = None
         self.running: list[Any] = []  # what a signal goes to: processes with a pid
         self.previous = signal.signal(signal.SIGTERM, self._forward)
-
-    def run_trial(self, argv: list[str], log_path: Path, args: Any) -> int:
-        """Train with `argv` through --launcher, its output appended to `log_path`."""
-        words = args.launcher.split()
-        launcher = [sys.executable, *words[1:]] if words[0] == "python" else words
-        with log_path.open("a") as output:
-            return self.run([[*launcher, "-m", f"{PACKAGE}.train", *argv]], output)[0]
 
     def run(self, commands: list[list[str]], output: Any = None) -> list[int]:
         stderr = None if output is None else subprocess.STDOUT
