@@ -134,6 +134,12 @@ def _add_mutate(subcommands: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="where the copy runs (default: a temporary folder, removed at the end)",
     )
+    mutate.add_argument(
+        "--launched",
+        metavar="TESTS",
+        help="test files (comma-separated, e.g. tests/test_distributed.py) to run for each "
+        "mutant that only launched processes reach, which then run it",
+    )
     _add_path(mutate, "--report", mutation.REPORT_DIR, "the folder of the reports")
     mutate.add_argument(
         "--rewrite",

@@ -238,6 +238,7 @@ def mutation_report(args: argparse.Namespace) -> int:
     REFERENCE.md and REFERENCE.json with the survivors equivalent.toml explains."""
     modules = [name.strip() for name in args.modules.split(",") if name.strip()]
     mutation.module_paths(args.reference, modules)  # a bad name fails before anything runs
+    mutation.test_paths(args.reference, args.launched)
     require_folder(args.report, "--report", "a folder for the mutation reports")
     if args.workdir:
         require_folder(args.workdir, "--workdir", "a folder to copy the project into")
@@ -259,7 +260,7 @@ def mutation_report(args: argparse.Namespace) -> int:
         "Written by `python -m generator mutate`. Kill rate: killed over killed and survived, "
         f"equivalent mutants aside (each explained below, from {mutation.EQUIVALENTS}); a "
         "timeout (a test stopped at mutmut's CPU limit) is to run again; `no tests`: no test "
-        "reached the mutated function in-process (a launched run may still)."
+        "reached the mutated function in-process, and no --launched test file ran it."
     ]
     markdown = mutation.as_markdown(args.reference, results, header, stale)
     texts = {
@@ -274,11 +275,16 @@ def mutation_report(args: argparse.Namespace) -> int:
 def _mutants(args: argparse.Namespace, modules: list[str]) -> list[mutation.ModuleResult]:
     started, commit, start = now(), template_commit(), time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="generator-mutate-") as scratch:
-        results = mutation.mutate(args.reference, modules, args.workdir or Path(scratch), args.jobs)
+        tests = mutation.test_paths(args.reference, args.launched)
+        results = mutation.mutate(
+            args.reference, modules, args.workdir or Path(scratch), args.jobs, tests
+        )
     minutes = (time.perf_counter() - start) / 60
+    launched = f" --launched {args.launched}" if args.launched else ""
     run = (
-        f"`mutate {args.reference} --modules {','.join(modules)} --jobs {args.jobs}`, template "
-        f"{commit[:12]}, started {started}, {minutes:.0f} min on {machine()['cores']} cores"
+        f"`mutate {args.reference} --modules {','.join(modules)} --jobs {args.jobs}{launched}`, "
+        f"template {commit[:12]}, started {started}, {minutes:.0f} min on "
+        f"{machine()['cores']} cores"
     )
     for result in results:
         result.run = run

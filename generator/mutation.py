@@ -21,6 +21,7 @@ from pathlib import Path
 import tomllib
 
 from generator import REPO_ROOT
+from generator.launched_mutants import run_launched
 from generator.references import REFERENCES_DIR, select
 from generator.render import package_of
 
@@ -29,6 +30,8 @@ REPORT_DIR = REPO_ROOT / "docs" / "mutation"
 EQUIVALENTS = "equivalent.toml"
 # The rendered core: what decides a step, a checkpoint and a resume.
 CORE = ("optim", "precision", "loaders", "checkpoint", "evaluate", "average", "resume", "state")
+# What several processes add to it (multi-process projects), reached by launched runs.
+PROCESSES = ("distributed", "processes")
 # Left to the whole-sweep tests' own runs: minutes of trials each, for functions the rest of
 # the suite reaches in-process.
 PYTEST_ARGS = ["-p", "no:cacheprovider", "-m", "not sweep", "-q"]
@@ -111,9 +114,12 @@ def explain(results: list[ModuleResult], equivalents: dict[str, Equivalent]) -> 
     return stale
 
 
-def mutate(reference: str, modules: list[str], workdir: Path, jobs: int) -> list[ModuleResult]:
+def mutate(
+    reference: str, modules: list[str], workdir: Path, jobs: int, launched: list[str]
+) -> list[ModuleResult]:
     """Copy the reference project into `workdir`, run mutmut over `modules` of its package,
-    and read back each mutant's status (and each survivor's diff)."""
+    then the `launched` test files for each mutant no test reached in-process
+    (launched_mutants.py), and read back each mutant's status (and each survivor's diff)."""
     paths = module_paths(reference, modules)
     project = workdir / reference
     shutil.rmtree(project, ignore_errors=True)
@@ -123,6 +129,8 @@ def mutate(reference: str, modules: list[str], workdir: Path, jobs: int) -> list
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)]
     subprocess.run(command, cwd=project, env=env, check=True, stdout=subprocess.DEVNULL)
+    if launched:
+        run_launched(project, package, modules, launched)
     return [_read(project, package, module, env) for module in modules]
 
 
@@ -135,7 +143,21 @@ def module_paths(reference: str, modules: list[str]) -> list[str]:
     if missing or not modules:
         raise ValueError(
             f"--modules: {ref.name} has no {', '.join(missing) or 'module named'}; "
-            f"choose from: {', '.join(CORE)}"
+            f"choose from: {', '.join(CORE + PROCESSES)}"
+        )
+    return paths
+
+
+def test_paths(reference: str, tests: str | None) -> list[str]:
+    """--launched's test files (comma-separated) in the reference project; ValueError naming
+    one that is not a test file of it."""
+    paths = [path.strip() for path in (tests or "").split(",") if path.strip()]
+    project = REFERENCES_DIR / reference
+    missing = [p for p in paths if not (p.startswith("tests/test_") and (project / p).is_file())]
+    if missing:
+        raise ValueError(
+            f"--launched: {reference} has no test file {', '.join(missing)} "
+            "(its tests/test_*.py, e.g. tests/test_distributed.py)"
         )
     return paths
 
@@ -221,5 +243,5 @@ def merged(earlier: dict, results: list[ModuleResult]) -> list[ModuleResult]:
         for name, entry in earlier.items()
     }
     by_module |= {r.module: r for r in results}
-    order = [*CORE, *sorted(set(by_module) - set(CORE))]
+    order = [*CORE, *PROCESSES, *sorted(set(by_module) - set(CORE + PROCESSES))]
     return [by_module[name] for name in order if name in by_module]

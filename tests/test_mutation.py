@@ -8,7 +8,7 @@ import json
 import pytest
 import tomllib
 
-from generator import mutation
+from generator import launched_mutants, mutation
 from generator.cli import main
 from generator.references import REFERENCES_DIR
 
@@ -19,6 +19,14 @@ from generator.references import REFERENCES_DIR
         (["nope"], "no reference project named 'nope'; choose from: image_classification"),
         (["tabular_regression", "--modules", "optim,nosuch"], "has no src/tabular_regression/"),
         (["tabular_regression", "--modules", ","], "choose from: optim, precision, loaders"),
+        (
+            ["tabular_regression", "--modules", "optim", "--launched", "tests/test_nosuch.py"],
+            "--launched: tabular_regression has no test file tests/test_nosuch.py",
+        ),
+        (
+            ["tabular_regression", "--modules", "optim", "--launched", "src/tabular_regression"],
+            "its tests/test_*.py",
+        ),
     ],
 )
 def test_bad_arguments_are_one_line_and_run_nothing(argv, said, tmp_path, capsys) -> None:
@@ -167,3 +175,69 @@ def test_a_kill_rate_is_rounded_down_so_a_survivor_never_reads_100_percent():
         "89%",
         "29%",
     ]
+
+
+def launched_project(tmp_path, codes: dict[str, int]):
+    """A project as mutmut leaves it: its files, and mutants/ with the module's record."""
+    project = tmp_path / "project"
+    (project / "tests").mkdir(parents=True)
+    (project / "tests" / "test_two.py").write_text("")
+    (project / "configs").mkdir()
+    (project / "outputs").mkdir()
+    (project / "pyproject.toml").write_text("")
+    meta = project / "mutants" / "src" / "pkg" / "distributed.py.meta"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({"exit_code_by_key": codes, "durations_by_key": {}}))
+    return project, meta
+
+
+def test_launched_tests_run_each_mutant_no_test_reached_beside_the_mutated_sources(
+    tmp_path, monkeypatch
+) -> None:
+    """Only the `no tests` mutants run, each active (MUTANT_UNDER_TEST) in the tests and the
+    processes they launch, in mutants/ with the project's files beside src/; pass: survived,
+    fail: killed, too slow: timeout, each written into mutmut's own record."""
+    codes = {"pkg.distributed.x_f__mutmut_1": 33, "pkg.distributed.x_f__mutmut_2": 5}
+    codes |= {"pkg.distributed.x_g__mutmut_1": 33, "pkg.distributed.x_g__mutmut_2": 1}
+    project, meta = launched_project(tmp_path, codes)
+    exits = {"": 0, "pkg.distributed.x_f__mutmut_1": 1, "pkg.distributed.x_f__mutmut_2": 0}
+    ran = []
+
+    def pytest_run(command, cwd, env, timeout, **quiet):
+        ran.append((env["MUTANT_UNDER_TEST"], command[-1], cwd, timeout is None))
+        assert (cwd / "tests" / "test_two.py").is_file() and (cwd / "configs").is_dir()
+        assert not (cwd / "outputs").exists()
+        if env["MUTANT_UNDER_TEST"] not in exits:
+            raise launched_mutants.subprocess.TimeoutExpired(command, timeout)
+        return type("Done", (), {"returncode": exits[env["MUTANT_UNDER_TEST"]]})()
+
+    monkeypatch.setattr(launched_mutants.subprocess, "run", pytest_run)
+    launched_mutants.run_launched(project, "pkg", ["distributed"], ["tests/test_two.py"])
+    mutants = project / "mutants"
+    assert ran == [
+        ("", "tests/test_two.py", mutants, True),  # unmutated first, without a limit
+        ("pkg.distributed.x_f__mutmut_1", "tests/test_two.py", mutants, False),
+        ("pkg.distributed.x_f__mutmut_2", "tests/test_two.py", mutants, False),
+        ("pkg.distributed.x_g__mutmut_1", "tests/test_two.py", mutants, False),
+    ]
+    assert json.loads(meta.read_text())["exit_code_by_key"] == {
+        "pkg.distributed.x_f__mutmut_1": 1,  # killed
+        "pkg.distributed.x_f__mutmut_2": 0,  # survived
+        "pkg.distributed.x_g__mutmut_1": 36,  # timeout
+        "pkg.distributed.x_g__mutmut_2": 1,  # mutmut's own verdict, kept
+    }
+
+
+def test_launched_tests_that_fail_unmutated_stop_before_any_mutant(tmp_path, monkeypatch):
+    project, meta = launched_project(tmp_path, {"pkg.distributed.x_f__mutmut_1": 33})
+    ran = []
+
+    def failing(command, cwd, env, timeout, **quiet):
+        ran.append(env["MUTANT_UNDER_TEST"])
+        return type("Done", (), {"returncode": 1})()
+
+    monkeypatch.setattr(launched_mutants.subprocess, "run", failing)
+    with pytest.raises(ValueError, match="failed without a mutant .pytest exit 1."):
+        launched_mutants.run_launched(project, "pkg", ["distributed"], ["tests/test_two.py"])
+    assert ran == [""]
+    assert json.loads(meta.read_text())["exit_code_by_key"] == {"pkg.distributed.x_f__mutmut_1": 33}
