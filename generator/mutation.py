@@ -127,11 +127,38 @@ def mutate(
     _configure(project / "pyproject.toml", paths)
     package = package_of(project)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)]
-    subprocess.run(command, cwd=project, env=env, check=True, stdout=subprocess.DEVNULL)
+    run_mutmut(project, package, modules, jobs, env)
     if launched:
         run_launched(project, package, modules, launched)
     return [_read(project, package, module, env) for module in modules]
+
+
+# What mutmut says when no test reached any mutant in the test process (it exits 1 then).
+NOTHING_REACHED = "could not find any test case for any mutant"
+
+
+def run_mutmut(
+    project: Path, package: str, modules: list[str], jobs: int, env: dict[str, str]
+) -> None:
+    """mutmut's own run over the project (configured by _configure). A run in which no test
+    reached any mutant in-process stops early with every mutant unchecked: those are `no
+    tests`, as launched tests may still reach them (the modules of several processes)."""
+    log = project / "mutmut.log"
+    command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs)]
+    with log.open("w", encoding="utf-8") as output:
+        done = subprocess.run(command, cwd=project, env=env, stdout=output, stderr=output)
+    if done.returncode == 0:
+        return
+    printed = log.read_text(encoding="utf-8", errors="replace")
+    if NOTHING_REACHED not in printed:
+        last = printed.strip().splitlines()[-1:] or ["no output"]
+        raise ValueError(f"mutmut exited {done.returncode}: {last[0][:200]}")
+    for module in modules:
+        meta = project / "mutants" / "src" / package / f"{module}.py.meta"
+        record = json.loads(meta.read_text(encoding="utf-8"))
+        codes = record["exit_code_by_key"]
+        record["exit_code_by_key"] = {name: 33 if c is None else c for name, c in codes.items()}
+        meta.write_text(json.dumps(record), encoding="utf-8")
 
 
 def module_paths(reference: str, modules: list[str]) -> list[str]:

@@ -4,6 +4,7 @@ report read back from mutmut's result files (the run itself takes hours: not her
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import tomllib
@@ -241,3 +242,45 @@ def test_launched_tests_that_fail_unmutated_stop_before_any_mutant(tmp_path, mon
         launched_mutants.run_launched(project, "pkg", ["distributed"], ["tests/test_two.py"])
     assert ran == [""]
     assert json.loads(meta.read_text())["exit_code_by_key"] == {"pkg.distributed.x_f__mutmut_1": 33}
+
+
+CHILD = """def double(x: int) -> int:
+    return x * 2
+"""
+LAUNCHING_TEST = """import os
+import subprocess
+import sys
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def test_a_launched_process_doubles():
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    command = [sys.executable, "-c", "from pkg.child import double; print(double(21))"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "42"
+"""
+
+
+def test_real_mutmut_then_launched_tests_kill_what_only_a_launched_process_runs(tmp_path):
+    """The real thing on a tiny project: its one function runs only in a process that its
+    test launches (importing it, as torchrun's workers import the project), so mutmut
+    reaches no mutant in-process and stops early; every mutant is then `no tests`, and
+    --launched's run kills each, which proves the launched process ran the mutant (the
+    original passes)."""
+    project = tmp_path / "project"
+    (project / "src" / "pkg").mkdir(parents=True)
+    (project / "src" / "pkg" / "__init__.py").write_text("")
+    (project / "src" / "pkg" / "child.py").write_text(CHILD)
+    (project / "tests").mkdir()
+    (project / "tests" / "test_child.py").write_text(LAUNCHING_TEST)
+    (project / "pyproject.toml").write_text('[tool.pytest.ini_options]\npythonpath = ["src"]\n')
+    mutation._configure(project / "pyproject.toml", ["src/pkg/child.py"])
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    mutation.run_mutmut(project, "pkg", ["child"], 1, env)
+    unreached = mutation._read(project, "pkg", "child", env).statuses
+    assert unreached and set(unreached.values()) == {"no tests"}, unreached
+    launched_mutants.run_launched(project, "pkg", ["child"], ["tests/test_child.py"])
+    statuses = mutation._read(project, "pkg", "child", env).statuses
+    assert statuses.keys() == unreached.keys() and set(statuses.values()) == {"killed"}
