@@ -79,4 +79,4 @@ class PretrainedImages(Preprocess):
 
     def save(self, path: Path) -> None:
         content = {k: v for k, v in asdict(self).items() if k != "weights_from"}
-        path.write_text(json.dumps(content, indent=1) + "\n")
+        write_json(path, content, allow_nan=False)  # atomically, as the other preprocessing

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from .config import ConfigError, TrainConfig
 from .hub import BackboneClassifier, build_network, read_config
 from .utils.errors import first_line
+from .utils.files import write_json
 
 # isort: split
 # Only once hub.py has said in one line that Transformers is missing, if it is.
@@ -110,7 +111,7 @@ class PretrainedTokens:
 
     def save(self, path: Path) -> None:
         content = {k: v for k, v in asdict(self).items() if k != "weights_from"}
-        path.write_text(json.dumps(content, indent=1) + "\n")
+        write_json(path, content, allow_nan=False)  # atomically, as the other preprocessing
 
 
 class PretrainedClassifier(BackboneClassifier):
