@@ -189,14 +189,21 @@ def test_paths(reference: str, tests: str | None) -> list[str]:
     return paths
 
 
+NOT_COPIED = ("src", "mutants", "outputs")  # mutmut writes the first two; runs the last
+
+
 def _configure(pyproject: Path, paths: list[str]) -> None:
     """mutmut's settings, appended to the copy's pyproject.toml (it reads no other file).
     forkserver: torch is not safe to fork once it has run, and the tests run torch."""
+    project = pyproject.parent
     settings = {
         "source_paths": ["src"],
         "only_mutate": paths,
         "pytest_add_cli_args": PYTEST_ARGS,
         "process_isolation": "forkserver",
+        # mutmut runs the tests in its mutants/ folder, where they read the project's files
+        # beside src/ (README.md's examples, configs/): copied there with the tests.
+        "also_copy": sorted(p.name for p in project.iterdir() if p.name not in NOT_COPIED),
     }
     lines = ["", "[tool.mutmut]", *(f"{k} = {json.dumps(v)}" for k, v in settings.items())]
     with pyproject.open("a", encoding="utf-8") as file:

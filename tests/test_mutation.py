@@ -54,6 +54,9 @@ def test_a_report_it_cannot_merge_into_is_refused_before_the_run(tmp_path, capsy
 def test_mutmut_reads_the_modules_and_leaves_out_the_sweeps(tmp_path) -> None:
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text((REFERENCES_DIR / "tabular_regression" / "pyproject.toml").read_text())
+    for folder in ("src", "configs", "outputs"):  # what the tests read beside src/ is copied
+        (tmp_path / folder).mkdir()
+    (tmp_path / "README.md").write_text("")
     paths = mutation.module_paths("tabular_regression", ["optim", "average"])
     mutation._configure(pyproject, paths)
     settings = tomllib.loads(pyproject.read_text())["tool"]["mutmut"]
@@ -63,6 +66,7 @@ def test_mutmut_reads_the_modules_and_leaves_out_the_sweeps(tmp_path) -> None:
     ]
     assert "not sweep" in settings["pytest_add_cli_args"]  # minutes a test, launched runs
     assert settings["process_isolation"] == "forkserver"
+    assert settings["also_copy"] == ["README.md", "configs", "pyproject.toml"]
 
 
 def test_the_report_counts_each_status_and_shows_each_survivor(tmp_path, monkeypatch) -> None:
