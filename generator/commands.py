@@ -238,7 +238,7 @@ def mutation_report(args: argparse.Namespace) -> int:
     REFERENCE.md and REFERENCE.json with the survivors equivalent.toml explains."""
     modules = [name.strip() for name in args.modules.split(",") if name.strip()]
     mutation.module_paths(args.reference, modules)  # a bad name fails before anything runs
-    mutation.test_paths(args.reference, args.launched)
+    launched = mutation.test_paths(args.reference, args.launched)  # checked before the run
     require_folder(args.report, "--report", "a folder for the mutation reports")
     if args.workdir:
         require_folder(args.workdir, "--workdir", "a folder to copy the project into")
@@ -253,7 +253,7 @@ def mutation_report(args: argparse.Namespace) -> int:
     equivalents = mutation.load_equivalents(args.report / mutation.EQUIVALENTS)
     if args.rewrite and not earlier:
         raise ValueError(f"--rewrite: no report to rewrite at {earlier_json}")
-    results = [] if args.rewrite else _mutants(args, modules)
+    results = [] if args.rewrite else _mutants(args, modules, launched)
     results = mutation.merged(earlier, results)
     stale = mutation.explain(results, equivalents)
     header = [
@@ -272,10 +272,11 @@ def mutation_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _mutants(args: argparse.Namespace, modules: list[str]) -> list[mutation.ModuleResult]:
+def _mutants(
+    args: argparse.Namespace, modules: list[str], tests: list[str]
+) -> list[mutation.ModuleResult]:
     started, commit, start = now(), template_commit(), time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="generator-mutate-") as scratch:
-        tests = mutation.test_paths(args.reference, args.launched)
         results = mutation.mutate(
             args.reference, modules, args.workdir or Path(scratch), args.jobs, tests
         )

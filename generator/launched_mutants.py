@@ -5,17 +5,16 @@ itself. A function that only processes launched by a test run (torchrun's worker
 fork server's children) stays `no tests`, however closely those tests check it: the code
 of several processes (distributed.py, processes.py) above all. Launched processes inherit
 MUTANT_UNDER_TEST, so they run the mutant too, provided they import mutmut's mutated copy
-of src/. The tests find src/ beside their own folder, so the rest of the project is copied
-beside that copy, and each such mutant runs the named test files there. The outcome goes
-into mutmut's own record of the module (its .meta), as mutmut's exit codes, so the report
-reads it like any other.
+of src/. The tests find src/ beside their own folder, and mutmut's copy holds the project's
+other files too (mutation._configure's also_copy), so each such mutant runs the named test
+files there. The outcome goes into mutmut's own record of the module (its .meta), as
+mutmut's exit codes, so the report reads it like any other.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -33,7 +32,7 @@ SLOWER, MARGIN_S = 3, 240
 def run_launched(project: Path, package: str, modules: list[str], tests: list[str]) -> None:
     """Run `tests` (files of the project) once without a mutant, which must pass, then once
     for each mutant of `modules` that mutmut left `no tests`, with that mutant active."""
-    folder = beside_mutants(project)
+    folder = project / "mutants"  # mutmut's copy: its mutated src/, the tests, the rest
     start = time.perf_counter()
     unmutated = _pytest(folder, tests, mutant="", limit_s=None)
     if unmutated != SURVIVED:
@@ -49,20 +48,6 @@ def run_launched(project: Path, package: str, modules: list[str], tests: list[st
         for name in sorted(name for name, code in codes.items() if code in NO_TESTS):
             codes[name] = outcome(folder, tests, name, limit_s)
             meta.write_text(json.dumps(record), encoding="utf-8")  # each as it is known
-
-
-def beside_mutants(project: Path) -> Path:
-    """mutmut's folder of mutated sources (mutants/), with the project's other files and
-    folders (tests, configs, scripts) copied beside its src/: where the tests run."""
-    mutants = project / "mutants"
-    for path in project.iterdir():
-        if path.name in ("src", "mutants", "outputs"):
-            continue
-        if path.is_dir():
-            shutil.copytree(path, mutants / path.name, dirs_exist_ok=True)
-        else:
-            shutil.copy2(path, mutants / path.name)
-    return mutants
 
 
 def outcome(folder: Path, tests: list[str], mutant: str, limit_s: float) -> int:

@@ -183,13 +183,13 @@ def test_a_kill_rate_is_rounded_down_so_a_survivor_never_reads_100_percent():
 
 
 def launched_project(tmp_path, codes: dict[str, int]):
-    """A project as mutmut leaves it: its files, and mutants/ with the module's record."""
+    """A project as mutmut leaves it: its outputs/, and mutants/ with the module's record
+    beside the files also_copy copies there (tests, configs)."""
     project = tmp_path / "project"
-    (project / "tests").mkdir(parents=True)
-    (project / "tests" / "test_two.py").write_text("")
-    (project / "configs").mkdir()
-    (project / "outputs").mkdir()
-    (project / "pyproject.toml").write_text("")
+    (project / "outputs").mkdir(parents=True)
+    (project / "mutants" / "tests").mkdir(parents=True)
+    (project / "mutants" / "tests" / "test_two.py").write_text("")
+    (project / "mutants" / "configs").mkdir()
     meta = project / "mutants" / "src" / "pkg" / "distributed.py.meta"
     meta.parent.mkdir(parents=True)
     meta.write_text(json.dumps({"exit_code_by_key": codes, "durations_by_key": {}}))
@@ -200,7 +200,7 @@ def test_launched_tests_run_each_mutant_no_test_reached_beside_the_mutated_sourc
     tmp_path, monkeypatch
 ) -> None:
     """Only the `no tests` mutants run, each active (MUTANT_UNDER_TEST) in the tests and the
-    processes they launch, in mutants/ with the project's files beside src/; pass: survived,
+    processes they launch, in mutmut's mutants/ (the project's files beside src/); pass: survived,
     fail: killed, too slow: timeout, each written into mutmut's own record."""
     codes = {"pkg.distributed.x_f__mutmut_1": 33, "pkg.distributed.x_f__mutmut_2": 5}
     codes |= {"pkg.distributed.x_g__mutmut_1": 33, "pkg.distributed.x_g__mutmut_2": 1}
