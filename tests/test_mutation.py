@@ -65,6 +65,8 @@ def test_mutmut_reads_the_modules_and_leaves_out_the_sweeps(tmp_path) -> None:
         "src/tabular_regression/average.py",
     ]
     assert "not sweep" in settings["pytest_add_cli_args"]  # minutes a test, launched runs
+    # its ranks run in the job's folder, where mutmut's stats run fails: --launched counts it
+    assert "--ignore=tests/test_slurm.py" in settings["pytest_add_cli_args"]
     assert settings["process_isolation"] == "forkserver"
     assert settings["also_copy"] == ["README.md", "configs", "pyproject.toml"]
 
