@@ -40,6 +40,17 @@ def backbone_frozen(cfg: TrainConfig, step: int) -> bool:
     return cfg.pretrained is not None and step < cfg.freeze_backbone_steps
 
 
+def thaw_when_due(
+    model: nn.Module, optimizer: Optimizer, cfg: TrainConfig, steps_done: int
+) -> nn.Module:
+    """The model to train after `steps_done` steps: at the end of freeze_backbone_steps, the
+    backbone that train.py froze thawed (thaw_backbone); at any other step, `model` as it is.
+    A run resumed at or after that step was never frozen (backbone_frozen)."""
+    if cfg.pretrained is None or steps_done != cfg.freeze_backbone_steps:
+        return model
+    return thaw_backbone(model, optimizer, cfg)
+
+
 def thaw_backbone(model: nn.Module, optimizer: Optimizer, cfg: TrainConfig) -> nn.Module:
     """The end of freeze_backbone_steps: the backbone requires gradients again and joins the
     optimizer, in the groups optimizer_groups gives it when it is not frozen. Returns the

@@ -11,7 +11,7 @@ from torch import nn
 
 from . import task
 from .average import NoAverage, WeightAverage
-from .backbone import backbone_frozen, optimizer_groups, thaw_backbone
+from .backbone import optimizer_groups, thaw_when_due
 from .config import TrainConfig
 from .precision import StepPrecision, build_adamw
 from .processes import gradient_sync
@@ -73,8 +73,6 @@ class TrainStep:
         self.model, self.optimizer, self.accelerator = model, optimizer, accelerator
         self.cfg, self.total_steps, self.average = cfg, total_steps, average
         self.precision = StepPrecision(accelerator)
-        # A pretrained backbone frozen for freeze_backbone_steps (train.py froze it)
-        self.frozen = not all(p.requires_grad for p in model.parameters())
 
     def __call__(
         self, micro_batches: Iterator, group: int, step: int, window: LogWindow
@@ -103,9 +101,7 @@ class TrainStep:
         self.optimizer.zero_grad(set_to_none=True)
         self.average.update()  # NoAverage: nothing
         self.precision.count_skipped(self.optimizer)  # a gradient scaler's, where one runs
-        if self.frozen and not backbone_frozen(self.cfg, step + 1):
-            # before the checkpoint of this step, which then holds it
-            self.model = thaw_backbone(self.model, self.optimizer, self.cfg)
-            self.frozen = False
+        # before the checkpoint of this step, which then holds the thawed backbone
+        self.model = thaw_when_due(self.model, self.optimizer, self.cfg, step + 1)
         window.end_step()
         return grad_norm, lr
