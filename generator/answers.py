@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import yaml
 
 from generator import COPIER_YML
@@ -69,6 +70,9 @@ class AnswerSpace:
 
     questions: tuple[str, ...]  # every question a user answers, in copier.yml order
     axes: tuple[Axis, ...]
+    # The axes' validators (Jinja templates) that refuse a choice beside another one, e.g.
+    # fp16 with sharding: a combination one of them refuses is not in the matrix.
+    validators: tuple[str, ...] = ()
 
     @property
     def free_text(self) -> tuple[str, ...]:
@@ -83,7 +87,17 @@ class AnswerSpace:
         """Every combination of the axes, in copier.yml order (the last axis varies fastest)."""
         names = [axis.name for axis in self.axes]
         values = itertools.product(*(axis.choices for axis in self.axes))
-        return [dict(zip(names, combo, strict=True)) for combo in values]
+        combinations = [dict(zip(names, combo, strict=True)) for combo in values]
+        return [combo for combo in combinations if not self.refusal(combo)]
+
+    def refusal(self, answers: Mapping[str, Answer]) -> str:
+        """What copier.yml's validators say against `answers` (one line), or "" if nothing."""
+        environment = jinja2.Environment(undefined=jinja2.StrictUndefined)
+        for validator in self.validators:
+            said = environment.from_string(validator).render(**answers).strip()
+            if said:
+                return " ".join(said.split())
+        return ""
 
     def slug(self, answers: Mapping[str, Answer]) -> str:
         """A stable name for a combination, e.g. `image_classification-single-no-nocompile`."""
@@ -115,6 +129,7 @@ def load_space(path: Path = COPIER_YML) -> AnswerSpace:
     config = yaml.safe_load(path.read_text(encoding="utf-8"))
     questions: list[str] = []
     axes: list[Axis] = []
+    validators: list[str] = []
     for name, spec in config.items():
         if name.startswith("_"):
             continue
@@ -136,7 +151,9 @@ def load_space(path: Path = COPIER_YML) -> AnswerSpace:
         if default not in choices:
             raise ValueError(f"{path}: the default of {name} ({default!r}) is not among {choices}")
         axes.append(Axis(name, choices, default))
-    return AnswerSpace(tuple(questions), tuple(axes))
+        if spec.get("validator"):
+            validators.append(spec["validator"])
+    return AnswerSpace(tuple(questions), tuple(axes), tuple(validators))
 
 
 def _choice_values(choices: Any) -> tuple[Answer, ...]:

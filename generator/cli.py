@@ -135,6 +135,9 @@ def _add_mutate(subcommands: argparse._SubParsersAction) -> None:
         help="where the copy runs (default: a temporary folder, removed at the end)",
     )
     mutate.add_argument(
+        "--resume", action="store_true", help="go on with the run copied in --workdir"
+    )
+    mutate.add_argument(
         "--launched",
         metavar="TESTS",
         help="test files (comma-separated, e.g. tests/test_distributed.py) to run for each "

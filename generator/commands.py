@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from generator import matrix_doc, mutation, reference_runs, references
+from generator import matrix_doc, mutation, mutation_text, reference_runs, references
 from generator.answers import AnswerError, Answers, AnswerSpace, load_space
 from generator.check import Result
 from generator.folders import require_folder, write_whole
@@ -242,19 +242,21 @@ def mutation_report(args: argparse.Namespace) -> int:
     require_folder(args.report, "--report", "a folder for the mutation reports")
     if args.workdir:
         require_folder(args.workdir, "--workdir", "a folder to copy the project into")
+    elif args.resume:
+        raise ValueError("--resume: give --workdir, the folder of the run to continue")
     # The earlier report and the explanations, read before the hours of mutants: one that
     # cannot be read stops the command now, not after the run.
     earlier_json = args.report / f"{args.reference}.json"
     try:
         earlier = json.loads(earlier_json.read_text()) if earlier_json.is_file() else {}
-        mutation.merged(earlier, [])
+        mutation_text.merged(earlier, [])
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"{earlier_json}: not a report of this command ({error!r})") from None
     equivalents = mutation.load_equivalents(args.report / mutation.EQUIVALENTS)
     if args.rewrite and not earlier:
         raise ValueError(f"--rewrite: no report to rewrite at {earlier_json}")
     results = [] if args.rewrite else _mutants(args, modules, launched)
-    results = mutation.merged(earlier, results)
+    results = mutation_text.merged(earlier, results)
     stale = mutation.explain(results, equivalents)
     header = [
         "Written by `python -m generator mutate`. Kill rate: killed over killed and survived, "
@@ -262,10 +264,10 @@ def mutation_report(args: argparse.Namespace) -> int:
         "timeout (a test stopped at mutmut's CPU limit) is to run again; `no tests`: no test "
         "reached the mutated function in-process, and no --launched test file ran it."
     ]
-    markdown = mutation.as_markdown(args.reference, results, header, stale)
+    markdown = mutation_text.as_markdown(args.reference, results, header, stale)
     texts = {
         f"{args.reference}.md": markdown,
-        f"{args.reference}.json": json.dumps(mutation.as_json(results), indent=1),
+        f"{args.reference}.json": json.dumps(mutation_text.as_json(results), indent=1),
     }
     write_whole(args.report, texts)
     print(markdown.split("\n## ", 1)[0])
@@ -277,11 +279,11 @@ def _mutants(
 ) -> list[mutation.ModuleResult]:
     started, commit, start = now(), template_commit(), time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="generator-mutate-") as scratch:
-        results = mutation.mutate(
-            args.reference, modules, args.workdir or Path(scratch), args.jobs, tests
-        )
+        workdir = args.workdir or Path(scratch)
+        results = mutation.mutate(args.reference, modules, workdir, args.jobs, tests, args.resume)
     minutes = (time.perf_counter() - start) / 60
     launched = f" --launched {args.launched}" if args.launched else ""
+    launched += " --resume" if args.resume else ""  # its minutes are then the last part's
     run = (
         f"`mutate {args.reference} --modules {','.join(modules)} --jobs {args.jobs}{launched}`, "
         f"template {commit[:12]}, started {started}, {minutes:.0f} min on "

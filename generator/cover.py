@@ -68,7 +68,7 @@ def cost(combo: Answers) -> int:
     compiling, and the resume compiles again)."""
     return (
         2 * bool(combo.get("compile"))
-        + (combo.get("distributed") == "multi")
+        + (combo.get("distributed", "single") != "single")
         + (combo.get("tracker", "none") != "none")
         + (combo.get("export_target", "none") != "none")
     )

@@ -46,13 +46,13 @@ class Options:
 
 def processes(answers: Mapping[str, Answer]) -> int:
     """How many processes a combination's runs launch."""
-    return 2 if answers.get("distributed") == "multi" else 1
+    return 1 if answers.get("distributed", "single") == "single" else 2
 
 
 def launch_command(answers: Mapping[str, Answer]) -> list[str]:
     """The command that runs `-m MODULE ...` of a rendered project: the one place to adjust.
 
-    `distributed=multi` starts two processes with torchrun, as the project's `make
+    `distributed=multi` or `sharded` starts two processes with torchrun, as the project's `make
     dev-run-2cpu` does (its accelerate config names torchrun as the equivalent on GPUs); on a
     CPU the processes, given `--cpu true`, talk over gloo. `--standalone` finds a free port,
     so combinations checked at the same time never share a rendezvous. (`accelerate launch

@@ -20,7 +20,10 @@ COMMAND = (
     "python -m generator check --gpu-matrix --set distributed=single --device cuda "
     "--shard I/N --report docs/gpu-matrix/shard-I-of-N"
 )
-TWO_GPUS = "the two-process combinations (`--set distributed=multi`) need a machine with two GPUs"
+TWO_GPUS = (
+    "the two-process combinations (`--set distributed=multi` and `sharded`) need a machine with "
+    "two GPUs"
+)
 
 
 def gpu_section(gpu: Matrix | None, cpu: Matrix) -> list[str]:

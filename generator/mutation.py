@@ -9,8 +9,8 @@ to be killed by a new test or explained as equivalent (docs/mutation/README.md).
 
 from __future__ import annotations
 
+import hashlib
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -119,22 +119,60 @@ def explain(results: list[ModuleResult], equivalents: dict[str, Equivalent]) -> 
 
 
 def mutate(
-    reference: str, modules: list[str], workdir: Path, jobs: int, launched: list[str]
+    reference: str,
+    modules: list[str],
+    workdir: Path,
+    jobs: int,
+    launched: list[str],
+    resume: bool = False,
 ) -> list[ModuleResult]:
     """Copy the reference project into `workdir`, run mutmut over `modules` of its package,
     then the `launched` test files for each mutant no test reached in-process
-    (launched_mutants.py), and read back each mutant's status (and each survivor's diff)."""
+    (launched_mutants.py), and read back each mutant's status (and each survivor's diff).
+
+    `resume`: a copy already in `workdir` (of a run stopped part way) is kept, with what
+    mutmut and the launched runs recorded there; each tests only the mutants left. A copy of
+    other modules or another version of the reference is refused (ValueError): its results
+    are of other code.
+    """
     paths = module_paths(reference, modules)
     project = workdir / reference
-    shutil.rmtree(project, ignore_errors=True)
-    shutil.copytree(REFERENCES_DIR / reference, project, ignore=shutil.ignore_patterns("outputs"))
-    _configure(project / "pyproject.toml", paths)
+    origin = json.dumps({"source": tree_digest(REFERENCES_DIR / reference), "mutated": paths})
+    copied = project / COPIED_FROM
+    if resume and copied.is_file():
+        if copied.read_text(encoding="utf-8") != origin:
+            raise ValueError(
+                f"--resume: {project} is a run of other --modules or of another version of "
+                f"{reference}; run without --resume to start over"
+            )
+    else:
+        shutil.rmtree(project, ignore_errors=True)
+        shutil.copytree(REFERENCES_DIR / reference, project, ignore=_NOT_SOURCE)
+        _configure(project / "pyproject.toml", paths)
+        copied.write_text(origin, encoding="utf-8")
     package = package_of(project)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     run_mutmut(project, package, modules, jobs, env)
     if launched:
         run_launched(project, package, modules, launched)
     return [_read(project, package, module, env) for module in modules]
+
+
+# The copy's record of what it was made from (the reference's tree_digest, the mutated
+# modules), for --resume.
+COPIED_FROM = ".copied-from"
+_NOT_SOURCE = shutil.ignore_patterns("outputs")  # what a run writes, never mutated or read
+
+
+def tree_digest(folder: Path) -> str:
+    """A SHA-256 of the files under `folder` (names and bytes), its run outputs aside."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if path.is_file() and relative.parts[0] != "outputs":
+            digest.update(f"{relative.as_posix()}\0{path.stat().st_size}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 # What mutmut says when no test reached any mutant in the test process (it exits 1 then).
@@ -234,52 +272,3 @@ def _read(project: Path, package: str, module: str, env: dict[str, str]) -> Modu
             )
             result.diffs[name] = shown.stdout.strip()
     return result
-
-
-def as_markdown(
-    reference: str, results: list[ModuleResult], header: list[str], stale: list[str]
-) -> str:
-    """The report: a row per module, the run each comes from, then every survivor's diff:
-    the gaps first, then the equivalent mutants with their reasons."""
-    lines = [f"# Mutation testing: {reference}", "", *header, ""]
-    lines += [
-        "| module | mutants | killed | survived | equivalent | timeout | no tests | kill rate |"
-    ]
-    lines += ["|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in results:
-        rate = "-" if r.kill_rate is None else percent_down(r.kill_rate)
-        counts = [len(r.statuses), r.count("killed"), len(r.gaps), len(r.equivalent)]
-        counts += [r.count("timeout"), r.count("no tests")]
-        lines.append(f"| {r.module} | {' | '.join(map(str, counts))} | {rate} |")
-    lines += ["", "Runs:", ""] + [f"- {r.module}: {r.run}" for r in results]
-    if stale:
-        lines += ["", f"Explanations in {EQUIVALENTS} of another change than the mutant's now:"]
-        lines += [""] + [f"- `{name}`" for name in sorted(stale)]
-    for r in results:
-        for name in r.gaps:
-            lines += ["", f"## Survivor `{name}`", "", "```diff", r.diffs[name], "```"]
-    for r in results:
-        for name, why in sorted(r.equivalent.items()):
-            lines += ["", f"## Equivalent `{name}`", "", why, "", "```diff", r.diffs[name], "```"]
-    return "\n".join(lines) + "\n"
-
-
-def percent_down(rate: float) -> str:
-    """A whole percentage, rounded down: a module with a survivor never reads 100%."""
-    return f"{math.floor(round(rate * 100, 9))}%"  # 0.29 * 100 is 28.999999999999996
-
-
-def as_json(results: list[ModuleResult]) -> dict:
-    return {r.module: {"run": r.run, "statuses": r.statuses, "survivors": r.diffs} for r in results}
-
-
-def merged(earlier: dict, results: list[ModuleResult]) -> list[ModuleResult]:
-    """The modules of an earlier report (as_json's), each replaced where this run tested it:
-    a core is tested a few modules at a time, in runs of an hour or so."""
-    by_module = {
-        name: ModuleResult(name, entry["statuses"], entry["survivors"], entry["run"])
-        for name, entry in earlier.items()
-    }
-    by_module |= {r.module: r for r in results}
-    order = [*CORE, *PROCESSES, *sorted(set(by_module) - set(CORE + PROCESSES))]
-    return [by_module[name] for name in order if name in by_module]

@@ -58,7 +58,7 @@ COMMIT = "HEAD"
 # so a renamed or removed choice fails here, loudly, instead of silently dropping out.
 LOADED_TASK = "image_classification"
 LOADED = {
-    "distributed": "multi",
+    "distributed": "sharded",
     "mixed_precision": "bf16",
     "compile": "true",
     "export_target": "onnx",
@@ -68,7 +68,7 @@ LOADED = {
 # A sweep runs the same for every task but for the direction of its metric and the launcher
 # of its trials: the whole-sweep tests (the projects' pytest marker `sweep`, a minute or more
 # each) run in the suites of a single-process project whose metric goes down (loss) and of
-# the loaded project, multi-process with a metric that goes up (accuracy); the other
+# the loaded project, multi-process (sharded) with a metric that goes up (accuracy); the other
 # reference suites leave them out.
 SWEEP_TEST_REFERENCES = ("language_modeling", f"{LOADED_TASK}_loaded")
 # A second run that `sync` records for a task's reference project: the project's config file

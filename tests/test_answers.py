@@ -117,7 +117,12 @@ def test_covering_uses_every_choice_and_starts_with_defaults(sample) -> None:
 def test_the_real_answer_space() -> None:
     space = load_space()
     combinations = space.combinations()
-    assert len(combinations) == math.prod(len(axis.choices) for axis in space.axes)
+    every = math.prod(len(axis.choices) for axis in space.axes)
+    # copier.yml's validator refuses fp16 beside sharding: a third of the sharded ones
+    sharded = every // len({c["distributed"] for c in combinations})
+    assert len(combinations) == every - sharded // 3
+    pairs = {(c["distributed"], c["mixed_precision"]) for c in combinations}
+    assert ("sharded", "fp16") not in pairs and ("sharded", "bf16") in pairs
     assert space.defaults() in combinations
     slugs = {space.slug(c) for c in combinations}
     assert len(slugs) == len(combinations)
@@ -125,6 +130,15 @@ def test_the_real_answer_space() -> None:
     assert "reserved_package_names" not in space.questions
     used = {pair for combo in covering(space) for pair in combo.items()}
     assert used == {(axis.name, c) for axis in space.axes for c in axis.choices}
+
+
+def test_a_validator_that_refuses_a_pair_of_choices_says_so_in_one_line() -> None:
+    space = load_space()
+    refused = space.defaults() | {"distributed": "sharded", "mixed_precision": "fp16"}
+    said = space.refusal(refused)
+    assert said.startswith("mixed_precision fp16 is not offered with distributed sharded")
+    assert "\n" not in said
+    assert space.refusal(space.defaults()) == ""
 
 
 def test_covering_leaves_out_choices_covered_elsewhere(sample) -> None:

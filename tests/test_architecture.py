@@ -35,7 +35,7 @@ def test_generator_modules_are_at_most_300_lines() -> None:
 # The template's training loop: train.py.jinja decides little by answer (an `{% if %}` or
 # `{% elif %}` tag each decision), and every render's train.py and its train() stay short
 # enough to read in one sitting; the other choices live in files of their own.
-MAX_TRAIN_TAGS = 8
+MAX_TRAIN_TAGS = 6
 MAX_TRAIN_LINES = 300
 MAX_TRAIN_FUNCTION_LINES = 120
 TRAIN_TEMPLATE = REPO_ROOT / "template" / "src" / "{{package_name}}" / "train.py.jinja"
@@ -68,7 +68,10 @@ def test_the_template_decides_no_more_answers_inline_than_it_does_now() -> None:
     assert not over, f"if/elif tags over {MAX_TAGS_PER_FILE} (or {MAX_TAGS_BY_FILE}): {over}"
 
 
-MAX_TEST_TAGS = 70  # the issue's aim, reached
+# The issue's aim was 70, reached before distributed: sharded, which adds 4 (how its
+# multi-process tests hash sharded weights and see each process write its own shards, and
+# its tolerance against one process).
+MAX_TEST_TAGS = 74
 TESTS_TEMPLATE = REPO_ROOT / "template" / "tests"
 
 
@@ -102,16 +105,18 @@ def test_each_precision_renders_precision_py_with_one_interface() -> None:
     versions = {path.name: path for path in SRC_TEMPLATE.glob("*precision.py*")}
     assert len(versions) == 2, versions  # fp16's, and the one of no and bf16
     interfaces = {}
-    for precision in ("no", "bf16", "fp16"):
+    for answers in load_space().combinations():
+        precision, distributed = answers["mixed_precision"], answers["distributed"]
         (path,) = [
             p for name, p in versions.items() if ('== "fp16"' in name) == (precision == "fp16")
         ]
         source = environment.from_string(path.read_text(encoding="utf-8")).render(
-            mixed_precision=precision
+            mixed_precision=precision, distributed=distributed
         )
-        interfaces[precision] = public_interface(source)
-    assert interfaces["no"] == interfaces["bf16"] == interfaces["fp16"], interfaces
-    assert {"build_adamw", "prepare", "StepPrecision"} <= interfaces["no"].keys()
+        interfaces[precision, distributed] = public_interface(source)
+    assert len(interfaces) == 8  # fp16 is not offered beside sharding
+    assert len({str(interface) for interface in interfaces.values()}) == 1, interfaces
+    assert {"build_adamw", "prepare", "StepPrecision"} <= interfaces["no", "single"].keys()
 
 
 def function_lines(source: str, name: str) -> int:
@@ -151,14 +156,15 @@ def test_every_task_renders_a_short_train_py(tmp_path: Path, loaded: bool) -> No
 
 
 def test_each_process_count_renders_processes_py_with_one_interface(tmp_path: Path) -> None:
-    """train.py calls processes.py the same for one process or several: seeds, the writes of
-    the main process, the shared logs, the stop on a signal and the group's close."""
+    """train.py calls processes.py the same for one process or several, whole or sharded:
+    seeds, the writes of the main process, the model's distribution, the shared logs, the
+    stop on a signal and the group's close."""
     interfaces = {}
     with many_renders():
-        for distributed in ("single", "multi"):
+        for distributed in ("single", "multi", "sharded"):
             answers = load_space().defaults() | {"distributed": distributed}
             project = render(answers, tmp_path / distributed)
             source = (project / "src" / package_of(project) / "processes.py").read_text()
             interfaces[distributed] = public_interface(source)
-    assert interfaces["single"] == interfaces["multi"], interfaces
+    assert interfaces["single"] == interfaces["multi"] == interfaces["sharded"], interfaces
     assert {"process_seed", "close_processes", "preemption"} <= interfaces["single"].keys()

@@ -132,7 +132,7 @@ def test_the_rest_sample_runs_the_whole_sweep_tests_where_they_meet_unused_choic
     # tasks'.
     sweeping_references = reference_combinations(sweeping_only=True)
     directions = {(c["distributed"], higher_is_better(c["task_type"])) for c in sweeping_references}
-    assert directions == {("single", False), ("multi", True)}
+    assert directions == {("single", False), ("sharded", True)}  # the loaded project's
     used = {(q, c[q]) for c in [*sweeping, *sweeping_references] for q in c}
     for axis in SPACE.axes:
         if axis.name != "task_type":

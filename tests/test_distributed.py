@@ -1,5 +1,6 @@
 """`distributed`: a multi render ships its launchers and runs its README's CPU command in 2
-processes; a single render carries nothing of it.
+processes; a single render carries nothing of it, a multi render nothing of sharding; on 2
+processes, a sharded render trains as a multi render does (DDP).
 
 The rendered project's own tests/test_distributed.py proves the training itself (2 processes
 against 1, rank 0 alone writing, resume across process counts, SIGTERM to every process and
@@ -29,6 +30,17 @@ SPACE = load_space()
 LAUNCH_TIMEOUT_S = 300
 # What only a multi render may contain.
 MULTI_ONLY = ("torch.distributed", "SyncBatchNorm", "torchrun", "dist_timeout_s", "no_sync")
+
+
+# What only a sharded render may contain.
+SHARDED_ONLY = ("fully_shard", "FSDP", "DTensor", "torch.distributed.checkpoint")
+# The runs compared between DDP and sharding: a language model (its blocks sharded), long
+# enough for clipping, warmup and decay, without dropout (each process draws its own masks).
+TWO_PROCESS_RUN = [
+    *("--max_steps", "6", "--log_every", "1", "--eval_every", "3", "--checkpoint_every", "3"),
+    *("--warmup_steps", "1", "--lr", "1e-3", "--dropout", "0", "--cpu", "true"),
+    *("--batch_size", "16"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +74,51 @@ def test_single_has_no_distributed_code(tmp_path: Path) -> None:
             text = path.read_text(errors="replace")
             found = [word for word in MULTI_ONLY if word in text]
             assert not found, f"{path.relative_to(project)} mentions {found}"
+
+
+def test_multi_has_no_sharding_code(multi: Path) -> None:
+    for path in multi.rglob("*"):
+        if path.is_file() and path.suffix in {".py", ".md", ".yaml", ".yml", ""}:
+            text = path.read_text(errors="replace")
+            found = [word for word in SHARDED_ONLY if word in text]
+            assert not found, f"{path.relative_to(multi)} mentions {found}"
+
+
+def train_in_two_processes(project: Path, out: Path) -> list[dict]:
+    """TWO_PROCESS_RUN of `project` under torchrun: its metrics.jsonl records."""
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node"]
+    package = next(project.glob("src/*/train.py")).parent.name
+    argv += ["2", "-m", f"{package}.train", *TWO_PROCESS_RUN, "--output_dir", str(out)]
+    env = project_env() | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(project / "src")}
+    done = subprocess.run(
+        argv, cwd=project, env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_sharded_trains_as_ddp_on_two_processes(tmp_path: Path) -> None:
+    """The same losses, bit for bit: sharding gathers the very weights DDP holds whole, and
+    reduces the same gradients. The gradient norm (summed shard by shard, then over the
+    processes, another order of float sums), the clipping that divides by it, and so the
+    evaluation, agree to float32 rounding: 1e-6, where a missing reduction of the gradients
+    moves them by percents."""
+    answers = SPACE.defaults() | {"task_type": "language_modeling"}
+    runs = {}
+    for distributed in ("multi", "sharded"):
+        project = render(answers | {"distributed": distributed}, tmp_path / distributed)
+        runs[distributed] = train_in_two_processes(project, tmp_path / f"{distributed}-run")
+    ddp, sharded = runs["multi"], runs["sharded"]
+    assert [(r["step"], r.get("split")) for r in sharded] == [
+        (r["step"], r.get("split")) for r in ddp
+    ]
+    for got, want in zip(sharded, ddp, strict=True):
+        if "split" not in want:
+            assert got["loss"] == want["loss"], want["step"]
+        numbers = {k: v for k, v in want.items() if isinstance(v, float) and "_s" not in k}
+        numbers = {k: v for k, v in numbers.items() if k not in ("data_wait", "tokens_per_s")}
+        assert {k: got[k] for k in numbers} == pytest.approx(numbers, rel=1e-6), want["step"]
 
 
 @pytest.mark.slow

@@ -31,9 +31,11 @@ def missing_pairs(space: AnswerSpace, chosen: list[Answers], sets: list[str] = (
     fixed = space.parse_sets(sets)
     left = {a.name: [fixed[a.name]] if a.name in fixed else a.choices for a in space.axes}
     missing = [f"{q}={x}" for q, xs in left.items() for x in xs if all(c[q] != x for c in chosen)]
+    allowed = space.combinations()  # a pair copier.yml's validators refuse is in none of them
     for a, b in itertools.combinations(left, 2):
+        held = {(c[a], c[b]) for c in allowed}
         for x, y in itertools.product(left[a], left[b]):
-            if not any(c[a] == x and c[b] == y for c in chosen):
+            if (x, y) in held and not any(c[a] == x and c[b] == y for c in chosen):
                 missing.append(f"{a}={x} with {b}={y}")
     return missing
 

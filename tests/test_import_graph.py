@@ -4,7 +4,7 @@ search/, utils/).
 
 The template is read as the union of every render: each import line of every file, whatever
 answer keeps it. A render's imports are a subset of that union, so a union without circles
-proves all 960 combinations at once. The committed reference projects, parsed as Python,
+proves all 1,280 combinations at once. The committed reference projects, parsed as Python,
 check that the union reader misses no import.
 """
 
@@ -25,6 +25,9 @@ BASE = "utils"  # the floor every module may use
 IMPORT = re.compile(r"^\s*from (\.+|\{\{ package_name \}\}\.?)([\w.]*) import \(?([\w, ]*)")
 NAMES_LINE = re.compile(r"^\s+(\w+),?$")
 TAG = re.compile(r"\{%.*?%\}")  # a file's condition: its name is what the tags wrap
+# A partial a template file includes, by a fixed path or one per answer ("includes/distributed/"
+# ~ distributed ~ "/processes_imports.jinja"): its imports are the including module's.
+INCLUDE = re.compile(r'\{% include "([^"]+)"(?: ~ \w+ ~ "([^"]+)")?')
 Graph = dict[str, set[str]]
 
 
@@ -54,7 +57,7 @@ def union_graph() -> Graph:
     graph: Graph = {module: set() for module in modules}
     for path in files:
         module = template_module(path)
-        lines = path.read_text(encoding="utf-8").split("\n")
+        lines = with_includes(path.read_text(encoding="utf-8"))
         for index, line in enumerate(lines):
             if line.startswith("if __name__ =="):
                 break
@@ -70,6 +73,21 @@ def union_graph() -> Graph:
             named = resolve(module, path.name.startswith("__init__"), match[1], match[2], names)
             graph[module] |= {target for target in named if target in modules} - {module}
     return graph
+
+
+def with_includes(text: str) -> list[str]:
+    """The lines of a template file, each include replaced by the lines of every partial it
+    may include: the union over the answers, as for the files themselves."""
+    lines: list[str] = []
+    for line in text.split("\n"):
+        match = INCLUDE.search(line)
+        if not match:
+            lines.append(line)
+            continue
+        pattern = match[1] + (f"*{match[2]}" if match[2] else "")
+        for partial in sorted(REPO_ROOT.glob(pattern)):
+            lines += with_includes(partial.read_text(encoding="utf-8"))
+    return lines
 
 
 def project_graph(project: Path) -> Graph:

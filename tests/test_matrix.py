@@ -99,16 +99,20 @@ def synthetic_space(sizes: tuple[int, ...]) -> AnswerSpace:
 
 
 def missing_pairs(space: AnswerSpace, chosen: list[Answers]) -> list[str]:
-    """Choices, alone and in twos across questions, that no chosen combination holds."""
+    """Choices, alone and in twos across questions, that no chosen combination holds, of
+    those some combination holds (copier.yml's validators refuse a pair, such as sharding
+    with fp16: no combination holds it)."""
     missing = [
         f"{a.name}={x}"
         for a in space.axes
         for x in a.choices
         if not any(c[a.name] == x for c in chosen)
     ]
+    allowed = space.combinations()
     for a, b in itertools.combinations(space.axes, 2):
+        held = {(c[a.name], c[b.name]) for c in allowed}
         for x, y in itertools.product(a.choices, b.choices):
-            if not any(c[a.name] == x and c[b.name] == y for c in chosen):
+            if (x, y) in held and not any(c[a.name] == x and c[b.name] == y for c in chosen):
                 missing.append(f"{a.name}={x} with {b.name}={y}")
     return missing
 

@@ -14,13 +14,14 @@ from generator.answers import load_space
 from generator.check import Result, Stage
 from generator.cli import get_parser, main
 from generator.matrix_text import markdown, readme_figures
-from generator.provenance import committed_trees
+from generator.provenance import TEMPLATE_PATHS, committed_trees
 from generator.report import ReportError, write_report
 from generator.selection import select
 
 HEAD_TREES = committed_trees("HEAD")
 OLD_TREES = {path: "0" * 40 for path in HEAD_TREES}
 DEFAULTS = load_space().defaults()
+COMBINATIONS = len(load_space().combinations())  # what copier.yml's answers allow
 MACHINE = {"cpu": "Some CPU", "cores": 2, "memory_gb": 23.5, "system": "Linux", "python": "3.11"}
 
 
@@ -70,7 +71,8 @@ def test_the_document_counts_times_and_lists_what_the_shards_checked(tmp_path: P
     shard(tmp_path, 2, 3, [result("text", 3, failing="train")], commit="a" * 40 + "+dirty")
     text = markdown(matrix_doc.load(tmp_path))
     assert f"| commits | `{'a' * 12}`, `{'a' * 12}+dirty` |" in text
-    assert "**3 of 960 combinations checked, 2 passed, 1 failed**; 1 ran their own tests" in text
+    checked = f"**3 of {COMBINATIONS} combinations checked, 2 passed, 1 failed**"
+    assert f"{checked}; 1 ran their own tests" in text
     assert "Shards not run yet: 3/3." in text
     assert "Shard I ran\n`python -m generator check --all --shard I/3`." in text
     assert re.search(r"Of the \d+ choices and pairs of answers, \d+ have not yet met", text)
@@ -101,7 +103,8 @@ def test_the_command_writes_the_document_and_refuses_shards_of_two_templates(
     figures = readme_figures(matrix)
     assert readme.read_text() == f"# A project\n\n{start}\n{figures}\n{end}\n\nThe rest.\n"
     assert " ".join(figures.split()).startswith(
-        "Measured ([docs/MATRIX.md](docs/MATRIX.md), 1 of 960, 0 failed): a combination takes "
+        f"Measured ([docs/MATRIX.md](docs/MATRIX.md), 1 of {COMBINATIONS}, 0 failed): a "
+        "combination takes "
         "12.0 CPU seconds on average without its own tests"
     )
     shard(tmp_path, 2, 2, [result("text", 2)], trees=OLD_TREES)
@@ -125,7 +128,9 @@ def test_the_readme_figures_name_every_machine_the_shards_ran_on(tmp_path: Path)
 
 
 def last_template_commit() -> str:
-    log = ["git", "-C", str(REPO_ROOT), "log", "-n", "1", "--format=%H", "--", "template"]
+    """The newest commit that changed the template (any of its paths: copier.yml, includes/)."""
+    paths = ["--", *TEMPLATE_PATHS]
+    log = ["git", "-C", str(REPO_ROOT), "log", "-n", "1", "--format=%H", *paths]
     return subprocess.run(log, capture_output=True, text=True, check=True).stdout.strip()
 
 
@@ -207,7 +212,7 @@ def test_without_gpu_reports_the_document_says_how_to_make_them(tmp_path: Path) 
     assert section == (
         f"No GPU report is committed yet: shard I of N is `{matrix_gpu.COMMAND}`, then "
         "`python -m generator report matrix` writes it here; the two-process combinations "
-        "(`--set distributed=multi`) need a machine with two GPUs.\n"
+        "(`--set distributed=multi` and `sharded`) need a machine with two GPUs.\n"
     )
     assert "[the last section](#the-gpu-matrix)" in text
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 import tomllib
 
-from generator import launched_mutants, mutation
+from generator import launched_mutants, mutation, mutation_text
 from generator.cli import main
 from generator.references import REFERENCES_DIR
 
@@ -35,6 +36,54 @@ def test_bad_arguments_are_one_line_and_run_nothing(argv, said, tmp_path, capsys
     err = capsys.readouterr().err
     assert said in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "w").exists()
+
+
+def test_resume_without_a_workdir_is_refused(tmp_path, capsys) -> None:
+    report = tmp_path / "report"
+    assert main(["mutate", "tabular_regression", "--resume", "--report", str(report)]) == 2
+    err = capsys.readouterr().err
+    assert "--resume: give --workdir" in err and len(err.strip().splitlines()) == 1
+    assert not report.exists()
+
+
+def test_resume_keeps_the_copy_and_what_it_recorded_and_refuses_another(
+    tmp_path, monkeypatch
+) -> None:
+    """A resumed run keeps the copy, where mutmut's records say which mutants are left; a
+    run without --resume starts over; the copy of another version of the reference, or of
+    other modules, is refused in one line."""
+    references = tmp_path / "references"
+    shutil.copytree(
+        REFERENCES_DIR / "tabular_regression",
+        references / "tabular_regression",
+        ignore=shutil.ignore_patterns("outputs"),
+    )
+    monkeypatch.setattr(mutation, "REFERENCES_DIR", references)
+    monkeypatch.setattr(mutation, "run_mutmut", lambda *args: None)
+    monkeypatch.setattr(mutation, "_read", lambda *args: None)
+    workdir = tmp_path / "work"
+
+    def run(*modules: str, resume: bool = True) -> None:
+        mutation.mutate("tabular_regression", list(modules), workdir, 1, [], resume=resume)
+
+    run("average")  # nothing to resume yet: a new copy
+    copy = workdir / "tabular_regression"
+    recorded = copy / "mutants" / "src" / "tabular_regression" / "average.py.meta"
+    recorded.parent.mkdir(parents=True)
+    recorded.write_text("{}")
+    configured = (copy / "pyproject.toml").read_text()
+    run("average")
+    assert recorded.is_file() and (copy / "pyproject.toml").read_text() == configured
+    with pytest.raises(ValueError, match="--resume: .* of other --modules or of another version"):
+        run("average", "optim")
+    (references / "tabular_regression" / "src" / "tabular_regression" / "average.py").write_text(
+        "# changed\n"
+    )
+    with pytest.raises(ValueError, match="run without --resume to start over"):
+        run("average")
+    run("average", resume=False)
+    assert not recorded.exists()
+    assert (copy / "src" / "tabular_regression" / "average.py").read_text() == "# changed\n"
 
 
 def test_a_report_path_that_is_a_file_is_refused(tmp_path, capsys) -> None:
@@ -89,7 +138,7 @@ def test_the_report_counts_each_status_and_shows_each_survivor(tmp_path, monkeyp
     assert (result.count("killed"), result.count("survived"), result.count("timeout")) == (1, 1, 1)
     assert result.kill_rate == pytest.approx(1 / 2)  # a timeout is to run again, not a kill
     result.run = "the run"
-    report = mutation.as_markdown("tabular_regression", [result], ["a header line"], [])
+    report = mutation_text.as_markdown("tabular_regression", [result], ["a header line"], [])
     assert "| average | 4 | 1 | 1 | 0 | 1 | 1 | 50% |" in report and "- average: the run" in report
     assert "## Survivor `pkg.average.x_f__mutmut_2`" in report and "+ a - b" in report
     assert mutation.ModuleResult("none").kill_rate is None  # nothing judged: no rate
@@ -99,7 +148,7 @@ def test_a_later_run_replaces_its_modules_and_keeps_the_others() -> None:
     first = [mutation.ModuleResult("state", {"m1": "killed"}, run="first")]
     first.append(mutation.ModuleResult("average", {"m2": "survived"}, {"m2": "diff"}, "first"))
     later = [mutation.ModuleResult("average", {"m2": "killed"}, run="later")]
-    merged = mutation.merged(mutation.as_json(first), later)
+    merged = mutation_text.merged(mutation_text.as_json(first), later)
     assert [(r.module, r.run) for r in merged] == [("average", "later"), ("state", "first")]
     assert merged[0].diffs == {} and merged[1].statuses == {"m1": "killed"}
 
@@ -115,14 +164,14 @@ def test_an_explained_survivor_is_equivalent_until_its_change_is_another(tmp_pat
     assert mutation.explain([result], {"m2": fits}) == []
     assert result.equivalent == {"m2": "b is unused here"} and result.gaps == ["m3"]
     assert result.kill_rate == pytest.approx(1 / 2)  # equivalents aside
-    report = mutation.as_markdown("tabular_regression", [result], [], [])
+    report = mutation_text.as_markdown("tabular_regression", [result], [], [])
     assert "| state | 3 | 1 | 1 | 1 | 0 | 0 | 50% |" in report
     assert report.index("## Survivor `m3`") < report.index("## Equivalent `m2`")
     assert "b is unused here" in report
     # Renumbered: the name now belongs to another change, so it is a gap again, and said.
     stale = mutation.explain([result], {"m2": mutation.Equivalent("x = f(None, b)", "why")})
     assert stale == ["m2"] and result.equivalent == {} and result.gaps == ["m2", "m3"]
-    assert "- `m2`" in mutation.as_markdown("tabular_regression", [result], [], stale)
+    assert "- `m2`" in mutation_text.as_markdown("tabular_regression", [result], [], stale)
 
 
 @pytest.mark.parametrize(
@@ -145,7 +194,7 @@ def test_a_bad_explanation_file_is_refused_before_the_run(tmp_path, capsys, text
 def test_rewrite_applies_the_explanations_to_the_report_without_a_run(tmp_path) -> None:
     earlier = [mutation.ModuleResult("state", {"m1": "killed", "m2": "survived"}, run="first")]
     earlier[0].diffs = {"m2": SURVIVOR}
-    (tmp_path / "tabular_regression.json").write_text(json.dumps(mutation.as_json(earlier)))
+    (tmp_path / "tabular_regression.json").write_text(json.dumps(mutation_text.as_json(earlier)))
     (tmp_path / mutation.EQUIVALENTS).write_text(
         '["m2"]\nchange = "x = f(a, None)"\nwhy = "b is unused here"\n'
     )
@@ -176,7 +225,7 @@ def test_the_committed_explanations_fit_the_committed_reports() -> None:
 
 
 def test_a_kill_rate_is_rounded_down_so_a_survivor_never_reads_100_percent():
-    assert [mutation.percent_down(rate) for rate in (262 / 263, 1.0, 0.899, 0.29)] == [
+    assert [mutation_text.percent_down(rate) for rate in (262 / 263, 1.0, 0.899, 0.29)] == [
         "99%",
         "100%",
         "89%",

@@ -417,3 +417,26 @@ def test_a_run_resumes_after_changing_the_distributed_answer(
     assert resumed.stderr.count(note) == 1, resumed.stderr[-3000:]
     summary = yaml.safe_load((project / "outputs" / "run" / "summary.json").read_text())
     assert summary["steps"] == 9
+
+
+@pytest.mark.slow
+def test_a_ddp_run_resumes_sharded_after_copier_update(template_repo: Path, tmp_path: Path) -> None:
+    """The README's way out of one GPU's memory: after `copier update --data
+    distributed=sharded`, the DDP run's checkpoint resumes on 2 sharded processes, each
+    taking its shards of the whole tensors, and says so once."""
+    project = render_release(
+        template_repo, tmp_path / "project", task_type="tabular_regression", distributed="multi"
+    )
+    first = train_in(project, 2, "--max_steps", "6", "--batch_size", "16")
+    assert first.returncode == 0, first.stderr[-3000:]
+    result = copier_cli(
+        project, "update", "--defaults", "--vcs-ref", ":current:", "--data", "distributed=sharded"
+    )
+    assert result.returncode == 0, result.stderr
+    assert answers(project)["distributed"] == "sharded" and unmerged(project) == []
+    assert source(project, "sharding.py").is_file()
+    resumed = train_in(project, 2, "--max_steps", "9", "--batch_size", "16")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.stderr.count("holds the whole model, written without sharding") == 1
+    summary = yaml.safe_load((project / "outputs" / "run" / "summary.json").read_text())
+    assert summary["steps"] == 9
