@@ -7,6 +7,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from image_classification.checkpoint import load_checkpoint
+from image_classification.storage import checkpoint_tensors
+
 # Timings differ between runs; everything else a run logs must be identical.
 TIMINGS = {"samples_per_s", "tokens_per_s", "mfu", "data_wait", "eval_s"}
 
@@ -36,6 +39,14 @@ def weights(output_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(output_dir / "model" / "model.safetensors")
 
 
+def checkpoint_state(path: Path) -> dict:
+    """A checkpoint as one process writes it, its model, weights' average and optimizer
+    state in it, whole (where a sharded run kept them in shards, read from those)."""
+    state = load_checkpoint(path)
+    whole = state | checkpoint_tensors(state, path)
+    return {key: value for key, value in whole.items() if key != "shards"}
+
+
 def assert_same_end(actual: Path, expected: Path, final_step: int, where: str = "") -> None:
     """Bit for bit the same final weights (model/), and the same progress, optimizer state
     (moments, step counts, schedule) and weights' average in the checkpoint of `final_step`;
@@ -45,8 +56,7 @@ def assert_same_end(actual: Path, expected: Path, final_step: int, where: str = 
     same = [torch.equal(got_weights[key], want_weights[key]) for key in want_weights]
     assert all(same), f"final weights differ {where}"
     final = f"checkpoints/step-{final_step:06d}.pt"
-    want = torch.load(expected / final, map_location="cpu", weights_only=True)
-    got = torch.load(actual / final, map_location="cpu", weights_only=True)
+    want, got = checkpoint_state(expected / final), checkpoint_state(actual / final)
     assert got["progress"] == want["progress"], where
     assert got["average"].keys() == want["average"].keys(), where
     average = want["average"]

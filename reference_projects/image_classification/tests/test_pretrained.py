@@ -12,10 +12,9 @@ import pytest
 import torch
 from calls import refusal
 from PIL import Image
-from run_logs import assert_same_end, logged
+from run_logs import assert_same_end, checkpoint_state, logged
 from sklearn.datasets import load_digits
 
-from image_classification.checkpoint import load_checkpoint
 from image_classification.config import load_config
 from image_classification.data import build_datasets, stratified_split
 from image_classification.model import build_model
@@ -69,7 +68,7 @@ def test_a_fine_tuning_run_killed_and_rerun_ends_exactly_as_an_unkilled_one(
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
     train(fine_tune(*freeze, output_dir=whole))
     pretrained = pretrained_weights(pretrained_folder)
-    step_3 = load_checkpoint(whole / "checkpoints" / "step-000003.pt")
+    step_3 = checkpoint_state(whole / "checkpoints" / "step-000003.pt")
     backbone = {name: step_3["model"][f"network.vit.{name}"] for name in pretrained}
     unchanged = all(torch.equal(value, pretrained[name]) for name, value in backbone.items())
     assert unchanged == (frozen_steps == 3)

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
 from torch import distributed, nn
+from torch.distributed.tensor import DTensor
 
 from image_classification_loaded import optim, train
 from image_classification_loaded.utils.monitor import Preemption
@@ -53,9 +54,9 @@ def remembering(model_on_device, trained: list[nn.Module]):
     which DDP and the optimizer update in place, unlike a model that export builds)."""
 
     def on_device(*args):
-        model, raw_model = model_on_device(*args)
+        model, raw_model, average = model_on_device(*args)
         trained.append(raw_model)
-        return model, raw_model
+        return model, raw_model, average
 
     return on_device
 
@@ -64,6 +65,8 @@ def digest(tensors) -> str:
     """One hash of the tensors' bytes, in order: equal only for bit-for-bit equal tensors."""
     sha = hashlib.sha256()
     for tensor in tensors:
+        # A sharded parameter (a DTensor) counts whole: its shards gathered (a collective)
+        tensor = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
         sha.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
     return sha.hexdigest()
 
@@ -85,6 +88,8 @@ def watch_writes(root: str, writes: list[str]) -> None:
             writing = write_modes & set(mode) if isinstance(mode, str) else flags & write_flags
             if not writing:
                 return
+        if ".shards.partial" in os.fsdecode(path):  # every process writes its own shards
+            return
         if os.fsdecode(path).startswith(root):
             writes.append(f"{event} {os.fsdecode(path)}")
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 from calls import refusal
 from huggingface_hub import ModelCard
+from run_logs import checkpoint_state
 from torch import nn
 from unexportable import Unexportable
 
@@ -184,7 +185,7 @@ def test_a_run_without_checkpoints_is_a_one_line_error(tmp_path):
     ],
 )
 def test_a_checkpoint_of_another_model_is_a_one_line_error(exported, tmp_path, change, expected):
-    state = load_checkpoint(exported / "checkpoints" / "step-000004.pt")
+    state = checkpoint_state(exported / "checkpoints" / "step-000004.pt")
     state["config"].update(change)
     other = tmp_path / "other.pt"
     torch.save(state, other)

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from run_logs import checkpoint_state
 from sklearn.datasets import load_digits
 
 from image_classification_loaded.artifact import (
     FILE_NAME,
     load_artifact,
 )
-from image_classification_loaded.checkpoint import load_checkpoint
 from image_classification_loaded.data import stratified_split
 from image_classification_loaded.export import (
     ATOL,
@@ -83,7 +83,7 @@ def test_readme_inference_example_reproduces_predict(exported, monkeypatch, caps
 
 
 def test_preprocessing_of_another_run_is_refused(exported, tmp_path):
-    state = load_checkpoint(exported / "checkpoints" / "step-000004.pt")
+    state = checkpoint_state(exported / "checkpoints" / "step-000004.pt")
     state["config"]["image_size"] = 16  # preprocess.json of this run says 8
     torch.save(state, tmp_path / "other.pt")
     with pytest.raises(SystemExit, match="image_size=16.*come from different runs"):

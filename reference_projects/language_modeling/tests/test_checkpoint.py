@@ -6,17 +6,16 @@ import contextlib
 import io
 import os
 import re
-import resource
-import signal
 import zipfile
 
 import pytest
 import torch
 from calls import refusal
+from run_logs import checkpoint_state
 from safetensors.torch import load_file
-from tracker_setup import child_environment
+from training_children import full_disk_run
 
-from language_modeling import checkpoint, state
+from language_modeling import checkpoint
 from language_modeling.checkpoint import (
     CheckpointError,
     find_resume_checkpoint,
@@ -28,13 +27,12 @@ from language_modeling.loaders import (
     SHUFFLE_BEFORE_FORMAT_5,
     EpochBatchSampler,
 )
-from language_modeling.run_folder import records
 from language_modeling.train import main
 from language_modeling.utils.files import atomic_write
 
 
 def test_checkpoint_holds_the_whole_training_state(trained):
-    payload = load_checkpoint(trained / "checkpoints" / "step-000006.pt")
+    payload = checkpoint_state(trained / "checkpoints" / "step-000006.pt")
     assert {"model", "optimizer", "progress", "rng", "config", "data_fingerprint"} <= payload.keys()
     assert payload["format"] == checkpoint.FORMAT_VERSION
     assert payload["progress"]["step"] == 6
@@ -51,6 +49,10 @@ def test_keeps_the_newest_and_the_best(short_run, tmp_path):
     kept = {path.name for path in list_checkpoints(directory)}
     best = (directory / "best").read_text().strip()
     assert kept == {"step-000012.pt", best}
+    # what a pruned checkpoint kept beside its file goes with it (sharded training's shards)
+    assert {path.name for path in directory.iterdir()} <= kept | {"latest", "best"} | {
+        name.replace(".pt", ".shards") for name in kept
+    }
 
 
 def test_corrupt_newest_checkpoint_falls_back_to_the_previous(trained, caplog):
@@ -186,48 +188,6 @@ def test_an_interrupted_write_leaves_no_temporary_file(tmp_path):
         assert list(tmp_path.iterdir()) == [path]
 
 
-def train_on_a_full_disk(args: list[str], environment: dict, log: str, writing: str) -> None:
-    """A training run in a child process whose writes of `writing` (the checkpoint, the config
-    or model/'s weights) find no room: each runs under a file size limit (RLIMIT_FSIZE)
-    smaller than what it writes. With SIGXFSZ ignored, a write past the limit fails with
-    EFBIG, as one on a full disk fails with ENOSPC: a short write, then an error."""
-    os.environ.clear()
-    os.environ.update(environment)
-    torch.set_num_threads(1)
-    output = os.open(log, os.O_WRONLY | os.O_CREAT)
-    os.dup2(output, 1)
-    os.dup2(output, 2)
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    module, name = {
-        "checkpoint": (state, "save_checkpoint"),
-        "config": (records, "save_config"),
-        "model": (records, "save_weights"),
-    }[writing]
-    write, limits = getattr(module, name), resource.getrlimit(resource.RLIMIT_FSIZE)
-
-    def full(*args, **kwargs):
-        resource.setrlimit(resource.RLIMIT_FSIZE, (100, limits[1]))
-        try:
-            return write(*args, **kwargs)
-        finally:
-            resource.setrlimit(resource.RLIMIT_FSIZE, limits)
-
-    setattr(module, name, full)
-    main(args)
-
-
-def full_disk_run(trainers, args: list[str], tmp_path, writing: str) -> tuple[int, list[str]]:
-    """The exit code and output lines of train_on_a_full_disk."""
-    log = tmp_path / "output.txt"
-    child = trainers.Process(
-        target=train_on_a_full_disk, args=(args, child_environment(), str(log), writing)
-    )
-    child.start()
-    child.join(timeout=120)
-    child.kill()
-    return child.exitcode, log.read_text().splitlines()
-
-
 def test_a_full_disk_at_a_checkpoint_is_one_line_and_the_run_resumes(
     trainers, trained, short_run, tmp_path
 ):
@@ -237,7 +197,7 @@ def test_a_full_disk_at_a_checkpoint_is_one_line_and_the_run_resumes(
     directory = trained / "checkpoints"
     before = {path: path.read_bytes() for path in list_checkpoints(directory)}
     longer = short_run("--max_steps", "9", "--checkpoint_every", "1")
-    exitcode, lines = full_disk_run(trainers, longer, tmp_path, "checkpoint")
+    exitcode, lines = full_disk_run(trainers, longer, tmp_path, "state:save_checkpoint")
     assert exitcode == 1
     assert not any("Traceback" in line for line in lines), lines
     errors = [line for line in lines if line.startswith("error: ")]
@@ -252,7 +212,8 @@ def test_a_full_disk_at_a_checkpoint_is_one_line_and_the_run_resumes(
 
 def test_a_full_disk_at_the_start_leaves_no_empty_config(trainers, short_run, tmp_path):
     run = tmp_path / "run"
-    exitcode, lines = full_disk_run(trainers, short_run(), tmp_path, "config")
+    save_config = "run_folder.records:save_config"
+    exitcode, lines = full_disk_run(trainers, short_run(), tmp_path, save_config)
     assert exitcode == 1
     assert [line for line in lines if line.startswith("error: ")] == [
         f"error: no space left writing '{run / 'config.yaml'}' (File too large): free space "
@@ -266,7 +227,8 @@ def test_a_full_disk_at_the_end_keeps_the_checkpoints_and_the_rerun_saves_the_mo
     trainers, short_run, tmp_path
 ):
     run = tmp_path / "run"
-    exitcode, lines = full_disk_run(trainers, short_run(), tmp_path, "model")
+    save_weights = "run_folder.records:save_weights"
+    exitcode, lines = full_disk_run(trainers, short_run(), tmp_path, save_weights)
     assert exitcode == 1 and not any("Traceback" in line for line in lines), lines
     assert [line for line in lines if line.startswith("error: ")] == [
         f"error: no space left writing '{run / 'model' / 'model.safetensors'}' (File too "
@@ -292,6 +254,9 @@ def relabel(run_dir, step: int) -> None:
     payload = load_checkpoint(newest)
     for path in list_checkpoints(directory):
         path.unlink()
+    if checkpoint.SHARDS in payload:  # sharded training's folder is renamed with its file
+        folder = checkpoint.shards_folder(checkpoint.checkpoint_path(directory, step))
+        payload[checkpoint.SHARDS] = checkpoint.shards_folder(newest).rename(folder).name
     progress = checkpoint.Progress(**{**payload["progress"], "step": step})
     checkpoint.save_checkpoint(directory, progress, payload, keep=2, is_best=True)
 
@@ -368,7 +333,7 @@ def test_a_checkpoint_of_format_4_resumes_in_its_shuffle_order(
 ):
     """Format 4 seeded each epoch's shuffle with seed + epoch: its run goes on in that order,
     and so do the checkpoints it writes from there; version 1's layout resumes the same."""
-    step_3 = load_checkpoint(trained / "checkpoints" / "step-000003.pt")
+    step_3 = checkpoint_state(trained / "checkpoints" / "step-000003.pt")
     resumed = resume_as(as_version_4, step_3, short_run, tmp_path / "version-4")
     (sampler, batches), *_ = shuffles
     assert sampler["seeding"] == SHUFFLE_BEFORE_FORMAT_5

@@ -161,7 +161,7 @@ def test_weights_that_do_not_fit_are_named_four_at_most_per_kind(state, fit):
 
 def test_saved_weights_load_into_their_model_and_name_their_file_in_another(tmp_path):
     model = torch.nn.Linear(2, 2)
-    path = checkpoint.save_weights(model, tmp_path / "run" / "model")
+    path = checkpoint.save_weights(model.state_dict(), tmp_path / "run" / "model")
     loaded = checkpoint.load_weights(torch.nn.Linear(2, 2), path.parent)
     assert torch.equal(loaded.weight, model.weight) and torch.equal(loaded.bias, model.bias)
     with pytest.raises(CheckpointError, match=rf"^checkpoint '{re.escape(str(path))}' does not"):

@@ -4,7 +4,7 @@ saves and exports with it; and nothing at all without it."""
 import json
 
 import torch
-from run_logs import weights
+from run_logs import checkpoint_state, weights
 from torch import nn
 
 from text_classification import train as train_module
@@ -15,7 +15,6 @@ from text_classification.average import (
 from text_classification.checkpoint import (
     find_resume_checkpoint,
     inference_weights,
-    load_checkpoint,
 )
 from text_classification.train import main
 
@@ -59,7 +58,8 @@ def test_without_a_decay_nothing_is_averaged():
 def test_a_run_saves_and_exports_the_average(short_run, tmp_path):
     main(short_run("--ema_decay", "0.5"))
     run = tmp_path / "run"
-    _, checkpoint = find_resume_checkpoint(run / "checkpoints")
+    path, _ = find_resume_checkpoint(run / "checkpoints")
+    checkpoint = checkpoint_state(path)
     averaged, trained = inference_weights(checkpoint), checkpoint["model"]
     assert averaged.keys() == trained.keys() == weights(run).keys()
     assert all(torch.equal(weights(run)[name], value) for name, value in averaged.items())
@@ -67,7 +67,8 @@ def test_a_run_saves_and_exports_the_average(short_run, tmp_path):
 
 
 def test_a_run_without_a_decay_saves_the_trained_weights(checkpointed_run):
-    _, checkpoint = find_resume_checkpoint(checkpointed_run / "checkpoints")
+    path, _ = find_resume_checkpoint(checkpointed_run / "checkpoints")
+    checkpoint = checkpoint_state(path)
     assert checkpoint["average"] == {}
     assert inference_weights(checkpoint) is checkpoint["model"]
 
@@ -90,7 +91,7 @@ def test_a_run_evaluates_the_average_so_best_and_early_stopping_follow_it(
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [record["step"] for record in records if "split" in record] == [3, 6]
     for step, weights_evaluated in zip((3, 6), evaluated, strict=True):
-        checkpoint = load_checkpoint(run / "checkpoints" / f"step-{step:06d}.pt")
+        checkpoint = checkpoint_state(run / "checkpoints" / f"step-{step:06d}.pt")
         averaged, trained = inference_weights(checkpoint), checkpoint["model"]
         assert all(torch.equal(weights_evaluated[k], v) for k, v in averaged.items()), step
         assert any(not torch.equal(weights_evaluated[k], v) for k, v in trained.items()), step

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 from calls import refusal
-from run_logs import assert_same_end, logged
+from run_logs import assert_same_end, checkpoint_state, logged
 from safetensors.torch import load_file
 
-from text_classification.checkpoint import load_checkpoint
 from text_classification.config import load_config
 from text_classification.data import build_datasets
 from text_classification.model import build_model
@@ -65,7 +64,7 @@ def test_the_backbone_learns_at_its_scale_of_the_rate_and_norms_and_biases_never
     assert {p for g in groups[2:] for p in g["params"]} == backbone
     assert [g["weight_decay"] for g in groups] == [0.05, 0.0, 0.05, 0.0]
     assert all(p.ndim < 2 for g in groups[1::2] for p in g["params"])
-    saved = load_checkpoint(tmp_path / "run" / "checkpoints" / "step-000006.pt")
+    saved = checkpoint_state(tmp_path / "run" / "checkpoints" / "step-000006.pt")
     head_lr, backbone_lr = (saved["optimizer"]["param_groups"][i]["lr"] for i in (0, 2))
     assert head_lr > 0 and backbone_lr == pytest.approx(0.1 * head_lr, rel=1e-12)
 
@@ -92,11 +91,11 @@ def test_a_frozen_backbone_stays_as_it_came_then_learns_and_the_run_resumes_exac
     pretrained = load_file(pretrained_folder / "model.safetensors")
 
     def backbone(step: int) -> dict[str, torch.Tensor]:
-        state = load_checkpoint(whole / "checkpoints" / f"step-{step:06d}.pt")["model"]
+        state = checkpoint_state(whole / "checkpoints" / f"step-{step:06d}.pt")["model"]
         return {name: state[f"network.bert.{name}"] for name in pretrained}
 
     def groups(step: int) -> list[float]:
-        state = load_checkpoint(whole / "checkpoints" / f"step-{step:06d}.pt")
+        state = checkpoint_state(whole / "checkpoints" / f"step-{step:06d}.pt")
         return [group["lr_scale"] for group in state["optimizer"]["param_groups"]]
 
     assert all(torch.equal(value, pretrained[name]) for name, value in backbone(3).items())

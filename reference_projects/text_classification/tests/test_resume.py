@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from calls import EXACT, as_arguments
-from run_logs import assert_same_end, logged
+from run_logs import assert_same_end, checkpoint_state, logged
 
 from text_classification import task
 from text_classification.checkpoint import load_checkpoint
@@ -40,7 +40,7 @@ def assert_same_run(whole: Path, resumed: Path, from_step: int) -> None:
     where = f"resumed at step {from_step} (RESUME_KILL_SEED={KILL_SEED})"
     assert logged(resumed) == logged(whole), f"metrics differ, {where}"
     assert_same_end(resumed, whole, STEPS, where)
-    final = load_checkpoint(resumed / "checkpoints" / f"step-{STEPS:06d}.pt")
+    final = checkpoint_state(resumed / "checkpoints" / f"step-{STEPS:06d}.pt")
     assert final["average"], "no average of the weights to compare: ema_decay is off"
 
 

@@ -1,8 +1,11 @@
 """Training runs in child processes of their own, for the tests that kill, stop or starve
-one: forked from a server that has imported torch and this project once."""
+one or fill its disk: forked from a server that has imported torch and this project once."""
 
+import importlib
 import multiprocessing
 import os
+import resource
+import signal
 import time
 from multiprocessing import forkserver
 from pathlib import Path
@@ -87,3 +90,43 @@ def _interrupt(trainers, args: list[str], output_dir: Path, at_step: int, signum
         return child.exitcode
     finally:
         child.kill()
+
+
+def train_on_a_full_disk(args: list[str], environment: dict, log: str, writer: str) -> None:
+    """A training run in a child process whose `writer` ("module:function" of this project:
+    what writes the checkpoint, the config or model/'s weights) finds no room: each call runs
+    under a file size limit (RLIMIT_FSIZE) smaller than what it writes. With SIGXFSZ
+    ignored, a write past the limit fails with EFBIG, as one on a full disk fails with
+    ENOSPC: a short write, then an error."""
+    os.environ.clear()
+    os.environ.update(environment)
+    torch.set_num_threads(1)
+    output = os.open(log, os.O_WRONLY | os.O_CREAT)
+    os.dup2(output, 1)
+    os.dup2(output, 2)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    module_name, name = writer.split(":")
+    module = importlib.import_module(f"text_classification.{module_name}")
+    write, limits = getattr(module, name), resource.getrlimit(resource.RLIMIT_FSIZE)
+
+    def full(*args, **kwargs):
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100, limits[1]))
+        try:
+            return write(*args, **kwargs)
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+
+    setattr(module, name, full)
+    train(args)
+
+
+def full_disk_run(trainers, args: list[str], tmp_path, writer: str) -> tuple[int, list[str]]:
+    """The exit code and output lines of train_on_a_full_disk."""
+    log = tmp_path / "output.txt"
+    child = trainers.Process(
+        target=train_on_a_full_disk, args=(args, child_environment(), str(log), writer)
+    )
+    child.start()
+    child.join(timeout=120)
+    child.kill()
+    return child.exitcode, log.read_text().splitlines()

@@ -7,16 +7,17 @@ the step number in the name (step-1000000.pt comes after step-999999.pt); the ne
 and `best` beside them name a checkpoint and only move after it is completely written.
 
 Every checkpoint has one layout, whatever the number of processes that wrote it: RNG holds
-one entry per process. FORMAT_VERSION numbers that layout; older versions load through
-`_upgrade`, newer ones are refused.
-
-Every file ends with a checksum of its bytes, verified before it is loaded: a checkpoint
-damaged on disk is reported and skipped for the previous one, never trained on.
+one entry per process. Sharded training keeps the model's tensors in a folder beside the
+file instead (SHARDS; storage.py writes and reads it). FORMAT_VERSION numbers that layout;
+older versions load through `_upgrade`, newer ones are refused. Every file ends with a
+checksum of its bytes, verified before it is loaded (and a folder of shards has one per
+file): a damaged checkpoint is reported and skipped for the previous one, never trained on.
 """
 
 import logging
 import random
 import re
+import shutil
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -32,7 +33,7 @@ from torch import nn
 from .average import averaged_weights
 from .loaders import SHUFFLE, SHUFFLE_BEFORE_FORMAT_5
 from .utils.errors import UserError, first_line
-from .utils.files import DiskFull, archive_damage, atomic_write, with_checksum
+from .utils.files import DiskFull, archive_damage, atomic_write, folder_damage, with_checksum
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,9 @@ CONFIG = "config"
 DATA = "data_fingerprint"
 FORMAT = "format"
 DATA_GENERATOR = "data_generator"  # key of the loader generator's state in an RNG entry
+# Sharded training: the folder beside the file with the model's, average's and optimizer's
+# shards instead of MODEL, AVERAGE and OPTIMIZER (shards_folder), and its files' checksums.
+SHARDS, SHARD_FILES = "shards", "shard_files"
 # precision.py adds the entries of what it keeps, where the precision keeps anything.
 
 # 1: before checkpoints had FORMAT (one process stored RNG as a dict); 2: one RNG layout for
@@ -88,12 +92,13 @@ def checkpoint_path(directory: Path, step: int) -> Path:
     return directory / f"step-{step:06d}.pt"
 
 
+def shards_folder(path: Path) -> Path:
+    """The folder of a sharded checkpoint's tensors: step-000120.shards beside its file."""
+    return path.with_suffix(".shards")
+
+
 def save_checkpoint(
-    directory: Path,
-    progress: Progress,
-    states: dict[str, Any],
-    keep: int,
-    is_best: bool,
+    directory: Path, progress: Progress, states: dict[str, Any], keep: int, is_best: bool
 ) -> Path:
     """Write `states` plus progress and the format version atomically, move the markers, prune."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -130,6 +135,9 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint '{path}' is unreadable ({reason})") from None
     if not _is_training_checkpoint(payload):
         raise CheckpointError(f"checkpoint '{path}' is not a training checkpoint of this project")
+    shards, checksums = payload.get(SHARDS), payload.get(SHARD_FILES, {})
+    if shards and (damage := folder_damage(path.with_name(shards), checksums)):
+        raise CheckpointError(f"checkpoint '{path}' has damaged shards ({damage})")
     version = payload.get(FORMAT, 1)
     if version not in range(1, FORMAT_VERSION + 1):
         raise CheckpointRefused(
@@ -140,19 +148,19 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def _is_training_checkpoint(payload: Any) -> bool:
-    """Whether `payload` has what every version holds: the model, the progress and the random
-    states (version 1 of one process: a dict, with the loader generator's beside it)."""
-    if not isinstance(payload, dict) or not {MODEL, PROGRESS, RNG} <= payload.keys():
+    """Whether `payload` has what every version holds: the model (or its shards), the progress
+    and the random states (version 1 of one process: a dict, the loader generator's beside)."""
+    if not isinstance(payload, dict) or not {PROGRESS, RNG} <= payload.keys():
+        return False
+    if MODEL not in payload and not isinstance(payload.get(SHARDS), str):
         return False
     return not isinstance(payload[RNG], dict) or DATA_GENERATOR in payload
 
 
 def _upgrade(payload: dict[str, Any]) -> dict[str, Any]:
     """The checkpoint in this version's layout. Version 1 of one process kept its RNG states
-    as a dict and the loader generator's beside them; of several, a list as now. Before
-    version 3 no evaluation was counted as stale, before 4 no run was pruned: Progress's
-    defaults. Before 5 every epoch's shuffle was seeded with seed + epoch: the run goes on
-    in that order."""
+    as a dict, the loader generator's beside them. Before 3 and 4 (stale evaluations, pruned)
+    Progress's defaults hold; before 5 every epoch's shuffle was seeded with seed + epoch."""
     if isinstance(payload[RNG], dict):
         payload[RNG] = [payload[RNG] | {DATA_GENERATOR: payload.pop(DATA_GENERATOR)}]
     payload[PROGRESS].setdefault("shuffle", SHUFFLE_BEFORE_FORMAT_5)
@@ -195,26 +203,28 @@ def list_checkpoints(directory: Path) -> list[Path]:
 
 def load_model_state(model: nn.Module, state: dict[str, torch.Tensor], source: Path) -> None:
     """Strict load with a one-line error that names the keys and shapes that do not fit."""
-    expected = model.state_dict()
-    missing = sorted(expected.keys() - state.keys())
-    unexpected = sorted(state.keys() - expected.keys())
+    check_fits(model, {key: tuple(value.shape) for key, value in state.items()}, source)
+    model.load_state_dict(state)
+
+
+def check_fits(model: nn.Module, shapes: dict[str, tuple[int, ...]], source: Path) -> None:
+    """A CheckpointError naming what of `model`'s state_dict the saved `shapes` do not fit."""
+    expected = {key: tuple(value.shape) for key, value in model.state_dict().items()}
+    missing = sorted(expected.keys() - shapes.keys())
+    unexpected = sorted(shapes.keys() - expected.keys())
     reshaped = [
-        f"{key} {tuple(state[key].shape)} vs {tuple(value.shape)}"
-        for key, value in expected.items()
-        if key in state and state[key].shape != value.shape
+        f"{key} {shapes[key]} vs {shape}"
+        for key, shape in expected.items()
+        if key in shapes and shapes[key] != shape
     ]
     if missing or unexpected or reshaped:
+        labelled = (("missing", missing), ("unexpected", unexpected), ("shape", reshaped))
         parts = [
             f"{label}: {', '.join(keys[:4])}{' ...' if len(keys) > 4 else ''}"
-            for label, keys in (
-                ("missing", missing),
-                ("unexpected", unexpected),
-                ("shape", reshaped),
-            )
+            for label, keys in labelled
             if keys
         ]
         raise CheckpointError(f"checkpoint '{source}' does not fit this model ({'; '.join(parts)})")
-    model.load_state_dict(state)
 
 
 def gather_rng_states(data_generator: torch.Generator) -> list[dict]:
@@ -238,11 +248,11 @@ def restore_rng_states(
     data_generator.set_state(own[DATA_GENERATOR])
 
 
-def save_weights(model: nn.Module, directory: Path) -> Path:
+def save_weights(weights: dict[str, torch.Tensor], directory: Path) -> Path:
     """Weights for inference, as safetensors (no code runs when they are loaded)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "model.safetensors"
-    state = {key: value.detach().cpu().contiguous() for key, value in model.state_dict().items()}
+    state = {key: value.detach().cpu().contiguous() for key, value in weights.items()}
     atomic_write(path, lambda file: file.write(save(state)))
     return path
 
@@ -281,3 +291,7 @@ def _prune(directory: Path, keep: int) -> None:
     for path in list_checkpoints(directory)[:-keep]:
         if path.name != best:
             path.unlink()
+    # sharded training's folders whose file is gone: pruned, or never written (run stopped)
+    for folder in directory.glob("step-*.shards"):
+        if not folder.with_suffix(".pt").is_file():
+            shutil.rmtree(folder, ignore_errors=True)

@@ -1,10 +1,10 @@
-"""What running as one process decides: the Accelerator and its log, the loaders, gradients
-that need no reduction, and the loop's log window, metrics log, progress bar, profiler and
-preemption handler."""
+"""What running as one process decides: the Accelerator and its log, the loaders, the model
+as built, gradients that need no reduction, and the loop's log window, metrics log,
+progress bar, profiler and preemption handler."""
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, Protocol
@@ -13,6 +13,7 @@ import torch
 from accelerate import Accelerator
 from torch import nn
 
+from .average import NoAverage, WeightAverage
 from .checkpoint import Progress
 from .config import ConfigError, TrainConfig
 from .loaders import Datasets, Loader, build_loaders
@@ -57,9 +58,20 @@ def process_loaders(
     return build_loaders(cfg, datasets, accelerator.device, generator)
 
 
-def sync_batchnorm(model: nn.Module, accelerator: Accelerator) -> nn.Module:
-    """One process sees the whole batch: its BatchNorm statistics are the batch's already."""
+def distribute_model(
+    model: nn.Module,
+    average: NoAverage | WeightAverage,
+    cfg: TrainConfig,
+    accelerator: Accelerator,
+) -> nn.Module:
+    """One process trains the whole model, and sees the whole batch: its BatchNorm
+    statistics are the batch's already."""
     return model
+
+
+def prepare_model(accelerator: Accelerator, model: nn.Module) -> nn.Module:
+    """The model as Accelerate runs it: its forward under the precision's autocast, if any."""
+    return accelerator.prepare(model)
 
 
 def gradient_sync(
@@ -67,6 +79,15 @@ def gradient_sync(
 ) -> AbstractContextManager:
     """One process: backward has no gradients to reduce between processes."""
     return nullcontext()
+
+
+def evaluation_outputs(
+    model: nn.Module, loader: Loader, device: torch.device
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The model's outputs and the targets of each batch of the evaluation set."""
+    for inputs, targets in loader:
+        inputs = inputs.to(device, non_blocking=True)
+        yield model(inputs), targets.to(device, non_blocking=True)
 
 
 def evaluation_buffers(model: nn.Module, accelerator: Accelerator) -> None:

@@ -7,7 +7,6 @@ imports this module, so it holds no Transformers code (pretrained.py does).
 """
 
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 from torch.optim import Optimizer
 
 from .config import TrainConfig
@@ -60,10 +59,4 @@ def thaw_backbone(model: nn.Module, optimizer: Optimizer, cfg: TrainConfig) -> n
         parameter.requires_grad_(True)
     for param_group in parameter_groups(frozen, cfg, cfg.backbone_lr_scale):
         optimizer.add_param_group(param_group)
-    # DDP reduces the gradients of what required them when it wrapped the model: wrap it
-    # again, as Accelerate did, for the backbone's to be reduced too.
-    if isinstance(model, DistributedDataParallel):  # not when started alone
-        return DistributedDataParallel(
-            model.module, device_ids=model.device_ids, output_device=model.output_device
-        )
     return model

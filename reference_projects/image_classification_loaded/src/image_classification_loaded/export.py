@@ -27,19 +27,13 @@ from torch import Tensor, nn
 
 from . import task
 from .artifact import FILE_NAME, FORMAT, ExportError, load_artifact, save_artifact
-from .checkpoint import (
-    CONFIG,
-    PROGRESS,
-    CheckpointError,
-    inference_weights,
-    load_checkpoint,
-    load_model_state,
-)
+from .checkpoint import CONFIG, PROGRESS, CheckpointError, load_checkpoint
 from .config import ConfigError, TrainConfig, load_config
 from .data import Preprocess
 from .model import build_model
 from .model_folder import ModelFolderError, read_preprocess
 from .run_folder.model_card import write_model_card
+from .storage import load_inference_weights
 from .utils.cli import Parser
 from .utils.errors import first_line
 
@@ -104,7 +98,7 @@ def export_run(
             )
     model = build_model(cfg, preprocess)
     # The weights' average where the run kept one; strict: a one-line error names misfits.
-    load_model_state(model, inference_weights(state), path)
+    load_inference_weights(model, state, path)
     source = {"checkpoint": str(path), "step": state[PROGRESS]["step"]}
     report = export_model(model.eval(), preprocess, cfg, output_dir / "export", source)
     write_model_card(output_dir)  # its export section, from export/model.json

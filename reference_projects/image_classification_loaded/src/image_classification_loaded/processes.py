@@ -1,11 +1,12 @@
 """What running as several processes decides: the Accelerator that joins them and its log,
-each process's share of the data and SyncBatchNorm, when gradients are reduced, and the
-loop's log window, metrics log, progress bar, profiler and preemption handler, each the
-global one (the main process logs and writes; every process stops together)."""
+each process's share of the data, how the model is spread over them (sharded: sharding.py),
+when gradients are reduced, and the loop's log window, metrics log, progress bar, profiler
+and preemption handler, each the global one (the main process logs and writes; every
+process stops together)."""
 
 import gc
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from pathlib import Path
@@ -15,7 +16,9 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import InitProcessGroupKwargs
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 
+from .average import NoAverage, WeightAverage
 from .checkpoint import Progress
 from .config import TrainConfig
 from .distributed import (
@@ -28,6 +31,7 @@ from .distributed import (
 )
 from .loaders import Datasets, Loader, build_loaders
 from .run_folder.records import METRICS_FILE, MetricsLog
+from .sharding import shard_model
 from .utils.monitor import ProgressReport, TrainingClock, configure_logging
 from .utils.profiling import NoProfiler, build_profiler
 
@@ -108,7 +112,7 @@ def process_loaders(
     return build_loaders(cfg, datasets, accelerator.device, generator, rank, world_size)
 
 
-def sync_batchnorm(model: nn.Module, accelerator: Accelerator) -> nn.Module:
+def _sync_batchnorm(model: nn.Module, accelerator: Accelerator) -> nn.Module:
     """BatchNorm over the global batch, as one process would compute it (no collective here).
 
     PyTorch's SyncBatchNorm needs GPUs (DDP refuses it on the CPU): CPU processes keep
@@ -124,12 +128,61 @@ def sync_batchnorm(model: nn.Module, accelerator: Accelerator) -> nn.Module:
     return nn.SyncBatchNorm.convert_sync_batchnorm(model)
 
 
+def distribute_model(
+    model: nn.Module,
+    average: NoAverage | WeightAverage,
+    cfg: TrainConfig,
+    accelerator: Accelerator,
+) -> nn.Module:
+    """The model to train on several processes, with BatchNorm over the global batch,
+    sharded (sharding.py), and its weights' average sharded as it is."""
+    model = _sync_batchnorm(model, accelerator)
+    if average.module is not model:  # a copy (ema_decay)
+        shard_model(average.module, cfg, accelerator)
+    return shard_model(model, cfg, accelerator)
+
+
+def prepare_model(accelerator: Accelerator, model: nn.Module) -> nn.Module:
+    """The model as Accelerate runs it, its forward under the precision's autocast, if any,
+    but not wrapped in DDP: it is sharded (distribute_model). Accelerate's evaluation mode
+    is that preparation, for training here too."""
+    return accelerator.prepare_model(model, evaluation_mode=True)
+
+
 def gradient_sync(
     accelerator: Accelerator, model: nn.Module, last_micro_batch: bool
 ) -> AbstractContextManager:
-    """DDP averages gradients over processes in backward: on a group's last micro-batch
-    only, since the others' gradients are summed locally first."""
-    return nullcontext() if last_micro_batch else accelerator.no_sync(model)
+    """Gradients are reduce-scattered in backward on a group's last micro-batch only; the
+    others' are summed locally first."""
+    if isinstance(model, FSDPModule):  # not when started alone
+        model.set_requires_gradient_sync(last_micro_batch)
+    return nullcontext()
+
+
+def evaluation_outputs(
+    model: nn.Module, loader: Loader, device: torch.device
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The model's outputs and the targets of each batch of this process's share.
+
+    Every forward of a sharded model is a collective (its gathers): a process whose share
+    ran out first (the last batch may leave it nothing, a small set every batch) runs the
+    model on rank 0's first sample and drops the result, so that the others' gathers do not
+    wait for it.
+    """
+    batches = iter(loader)
+    first = next(batches, None)
+    padding = None
+    if torch.distributed.is_initialized():  # not when started alone: nothing to wait for
+        sample = [None if first is None else first[0][:1].cpu()]
+        torch.distributed.broadcast_object_list(sample, src=0)
+        padding = sample[0].to(device)
+    for index in range(len(loader)):  # the same count on every process
+        batch = first if index == 0 else next(batches, None)
+        if batch is None:
+            model(padding)
+            continue
+        inputs = batch[0].to(device, non_blocking=True)
+        yield model(inputs), batch[1].to(device, non_blocking=True)
 
 
 def evaluation_buffers(model: nn.Module, accelerator: Accelerator) -> None:

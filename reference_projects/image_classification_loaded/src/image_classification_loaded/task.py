@@ -1,9 +1,10 @@
 """What the model learns: image classification, its loss, metrics and trivial baseline."""
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn import functional as F
 
+from .config import TrainConfig
 from .preprocess import PIXEL_MAX, RESAMPLE, Preprocess
 
 TASK = "image_classification"
@@ -45,6 +46,14 @@ def baseline(train_targets: Tensor, eval_targets: Tensor) -> float:
     """Accuracy of always predicting the training split's most frequent class."""
     majority = torch.bincount(train_targets).argmax()
     return (eval_targets == majority).float().mean().item()
+
+
+def rates(
+    samples_per_s: float | None, model: nn.Module, cfg: TrainConfig, device: torch.device
+) -> dict[str, float | None]:
+    """What a run logs beside samples/s: nothing for this task (a language model adds its
+    tokens/s and MFU)."""
+    return {}
 
 
 # --- export: what an exported model takes and returns (shapes name their dynamic dimensions)

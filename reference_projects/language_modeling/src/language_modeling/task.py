@@ -73,11 +73,11 @@ def baseline(train_targets: Tensor, eval_targets: Tensor) -> float:
     return bits[scored].sum().item() / max(1, count_chars(eval_targets).item())
 
 
-def token_rates(
+def rates(
     samples_per_s: float | None, model: nn.Module, cfg: TrainConfig, device: torch.device
 ) -> dict[str, float | None]:
-    """Tokens/s of a measured samples/s (a sample is `context` tokens), and MFU on a GPU of
-    known peak (flops.py); a CPU or another GPU has no MFU rather than a guess."""
+    """What a run logs beside samples/s: tokens/s (a sample is `context` tokens), and MFU on
+    a GPU of known peak (flops.py); a CPU or another GPU has no MFU rather than a guess."""
     tokens_per_s = samples_per_s and samples_per_s * cfg.context
     peak = peak_flops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
     if peak is None:

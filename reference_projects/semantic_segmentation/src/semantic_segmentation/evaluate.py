@@ -12,7 +12,7 @@ from torch import nn
 from . import task
 from .checkpoint import Progress
 from .config import TrainConfig
-from .processes import evaluation_buffers, global_metrics
+from .processes import evaluation_buffers, evaluation_outputs, global_metrics
 from .search.pruning import NoPruning, TrialPruning, trial_pruning
 
 log = logging.getLogger(__name__)
@@ -28,10 +28,8 @@ def evaluate(
     release_cached_memory(device)  # training's cached blocks, for evaluation's other shapes
     metrics = task.Metrics(device, preprocess)
     with torch.inference_mode():
-        for inputs, targets in loader:
-            inputs = inputs.to(device, non_blocking=True)
-            targets = targets.to(device, non_blocking=True)
-            metrics.update(model(inputs), targets)
+        for outputs, targets in evaluation_outputs(model, loader, device):
+            metrics.update(outputs, targets)
     release_cached_memory(device)  # and evaluation's, before training allocates again
     model.train()
     return global_metrics(metrics, accelerator).compute()

@@ -10,6 +10,7 @@ from accelerate import Accelerator
 from torch import nn
 
 from .config import TrainConfig
+from .processes import prepare_model
 
 
 def build_adamw(groups: list[dict], cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -21,8 +22,9 @@ def build_adamw(groups: list[dict], cfg: TrainConfig) -> torch.optim.Optimizer:
 def prepare(
     accelerator: Accelerator, model: nn.Module, optimizer: torch.optim.Optimizer
 ) -> tuple[nn.Module, torch.optim.Optimizer]:
-    """The model as Accelerate runs it; the optimizer stays plain: its step has no overhead."""
-    return accelerator.prepare(model), optimizer
+    """The model as the processes run it (processes.prepare_model); the optimizer stays
+    plain: its step has no overhead."""
+    return prepare_model(accelerator, model), optimizer
 
 
 class StepPrecision:

@@ -1,5 +1,5 @@
-"""The training state: what the loop saves in a checkpoint (checkpoint.py's layout) and
-what a resumed run restores from one."""
+"""The training state: what the loop saves in a checkpoint (checkpoint.py's layout; the
+model's tensors where storage.py keeps them) and what a resumed run restores from one."""
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -10,21 +10,19 @@ from accelerate import Accelerator
 from torch import nn
 
 from .checkpoint import (
-    AVERAGE,
     CONFIG,
     DATA,
-    MODEL,
-    OPTIMIZER,
     RNG,
     Progress,
+    checkpoint_path,
     gather_rng_states,
-    load_model_state,
     restore_rng_states,
     save_checkpoint,
 )
 from .config import TrainConfig
 from .optim import TrainStep
 from .processes import on_main_process
+from .storage import restore_tensor_states, tensor_states
 from .utils.monitor import LogWindow
 
 
@@ -44,16 +42,16 @@ class TrainingState:
     ) -> None:
         """A checkpoint of this step, with the losses the log window has not logged yet."""
         progress.window_losses = window.pending_losses()  # raises if the loss diverged
+        directory, keep = Path(self.cfg.output_dir) / "checkpoints", self.cfg.keep_checkpoints
+        step = self.train_step
+        path = checkpoint_path(directory, progress.step)
         states = {
-            MODEL: self.model.state_dict(),
-            AVERAGE: self.train_step.average.state_dict(),  # empty without ema_decay
-            OPTIMIZER: self.train_step.optimizer.state_dict(),
-            **self.train_step.precision.state_dict(),  # what the precision keeps, if anything
+            **tensor_states(path, self.model, step.optimizer, step.average, self.accelerator),
+            **step.precision.state_dict(),  # what the precision keeps, if anything
             CONFIG: asdict(self.cfg),
             DATA: data_fingerprint,
             RNG: gather_rng_states(self.data_generator),  # one per process
         }
-        directory, keep = Path(self.cfg.output_dir) / "checkpoints", self.cfg.keep_checkpoints
         on_main_process(
             self.accelerator, lambda: save_checkpoint(directory, progress, states, keep, is_best)
         )
@@ -63,9 +61,8 @@ class TrainingState:
         run). `state` is emptied: the checkpoint's copy of every tensor is freed."""
         if state is None or path is None:
             return
-        load_model_state(self.model, state[MODEL], path)
-        self.train_step.average.load_state_dict(state.get(AVERAGE, {}))
-        self.train_step.optimizer.load_state_dict(state[OPTIMIZER])
+        step = self.train_step
+        restore_tensor_states(state, path, self.model, step.optimizer, step.average)
         self.train_step.precision.load_state_dict(state)
         restore_rng_states(state[RNG], self.accelerator, self.data_generator)
         state.clear()

@@ -8,9 +8,10 @@ as 1 or 0; a class present in the ground truth but never predicted counts as 0.
 """
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn import functional as F
 
+from .config import TrainConfig
 from .data import Preprocess
 
 TASK = "semantic_segmentation"
@@ -84,3 +85,11 @@ def baseline(train_targets: Tensor, eval_targets: Tensor) -> float:
     num_classes = int(max(eval_targets.max().item(), majority.item())) + 1
     predictions = torch.full_like(eval_targets, majority.item())
     return mean_iou(confusion_matrix(predictions, eval_targets, num_classes))
+
+
+def rates(
+    samples_per_s: float | None, model: nn.Module, cfg: TrainConfig, device: torch.device
+) -> dict[str, float | None]:
+    """What a run logs beside samples/s: nothing for this task (a language model adds its
+    tokens/s and MFU)."""
+    return {}

@@ -8,6 +8,7 @@ average, while the optimizer keeps stepping the trained weights. With 0 (the def
 average is kept: NoAverage stands in, and its update does nothing.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from torch import nn
@@ -38,9 +39,7 @@ class WeightAverage:
 
     def __init__(self, model: nn.Module, decay: float):
         self.model = model  # uncompiled and unwrapped: the weights the optimizer steps
-        self.averaged = AveragedModel(
-            model, multi_avg_fn=get_ema_multi_avg_fn(decay), use_buffers=True
-        )
+        self.averaged = AveragedModel(model, multi_avg_fn=_by_kind(decay), use_buffers=True)
         self.module = self.averaged.module
 
     def update(self) -> None:
@@ -53,6 +52,24 @@ class WeightAverage:
         """The checkpoint's average; none (a run that had no average) starts one afresh."""
         if state:
             self.averaged.load_state_dict(state)
+
+
+def _by_kind(decay: float) -> Callable[[list, list, Any], None]:
+    """EMA's update (foreach, a few kernels for all the tensors), called for each kind of
+    tensor apart: one foreach call takes one kind (a sharded model's parameters are a
+    tensor subclass, its buffers plain tensors)."""
+    update = get_ema_multi_avg_fn(decay)
+
+    def by_kind(averages: list, currents: list, count: Any) -> None:
+        kinds: dict[type, tuple[list, list]] = {}
+        for average, current in zip(averages, currents, strict=True):
+            pair = kinds.setdefault(type(average), ([], []))
+            pair[0].append(average)
+            pair[1].append(current)
+        for kind_averages, kind_currents in kinds.values():
+            update(kind_averages, kind_currents, count)
+
+    return by_kind
 
 
 def weight_average(model: nn.Module, decay: float) -> NoAverage | WeightAverage:

@@ -22,6 +22,7 @@ from .checkpoint import (
 )
 from .config import RESUME_FREE_FIELDS, TrainConfig
 from .run_folder.records import METRICS_FILE
+from .storage import check_resumable
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ def resume_point(
             check_nothing_to_lose(output_dir)
         return Progress(total_steps=total_steps), None, None
     path, state = resume_from
+    check_resumable(state, path)  # a checkpoint whose tensors this project cannot read
     for note in check_resume(path, state, cfg, data_fingerprint, num_processes):
         log.warning("%s", note)
     progress = resumed_progress(state, cfg, data_fingerprint, num_processes, batches_per_epoch)

@@ -6,9 +6,10 @@ same in either unit; an RMSE in the target's own units is sqrt(loss) x target_st
 """
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn import functional as F
 
+from .config import TrainConfig
 from .data import Preprocess
 
 TASK = "tabular_regression"
@@ -62,3 +63,11 @@ def baseline(train_targets: Tensor, eval_targets: Tensor) -> float:
     squared_error = (eval_targets - train_targets.double().mean()).square().sum()
     total = (eval_targets - eval_targets.mean()).square().sum()
     return 1.0 - (squared_error / total.clamp_min(1e-12)).item()
+
+
+def rates(
+    samples_per_s: float | None, model: nn.Module, cfg: TrainConfig, device: torch.device
+) -> dict[str, float | None]:
+    """What a run logs beside samples/s: nothing for this task (a language model adds its
+    tokens/s and MFU)."""
+    return {}

@@ -19,7 +19,7 @@ from accelerate import Accelerator
 from torch import nn
 
 from . import task
-from .average import weight_average
+from .average import NoAverage, WeightAverage, weight_average
 from .checkpoint import Progress
 from .config import TrainConfig, apply_fast_dev_run, load_config
 from .data import Preprocess, build_datasets
@@ -30,6 +30,7 @@ from .optim import FEW_STEPS, TrainStep, build_optimizer
 from .precision import prepare
 from .processes import (
     close_processes,
+    distribute_model,
     on_main_process,
     preemption,
     process_loaders,
@@ -38,13 +39,13 @@ from .processes import (
     start_accelerator,
     start_log_window,
     start_profiler,
-    sync_batchnorm,
 )
 from .resume import resume_point
 from .run_folder.folder_lock import refuse_if_in_use, release_run_folder
 from .run_folder.records import finish_run_folder, peak_memory_mb, start_run_folder
 from .run_log import open_run_log
 from .state import TrainingState
+from .storage import whole_weights
 from .utils.errors import UserError
 from .utils.modules import assert_modules_registered
 from .utils.monitor import Preempted, Throughput, TrainingClock, stopped_at_once
@@ -98,9 +99,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     on_main_process(accelerator, lambda: start_run_folder(cfg, datasets, accelerator))
 
     # --- model, optimizer and the resumed state
-    model, raw_model = _model_on_device(cfg, datasets.preprocess, accelerator)
+    model, raw_model, average = _model_on_device(cfg, datasets.preprocess, accelerator)
     optimizer = build_optimizer(raw_model, cfg)
-    average = weight_average(raw_model, cfg.ema_decay)  # before prepare() wraps the forward
     train_step = TrainStep(
         *prepare(accelerator, model, optimizer), accelerator, cfg, total_steps, average
     )
@@ -140,6 +140,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             if progress.step % cfg.log_every == 0 or last_step:
                 stop.agree()  # every process stops after this step if any was signalled
                 record = window.close(progress.epoch, grad_norm, lr)
+                record |= task.rates(record["samples_per_s"], raw_model, cfg, device)
                 record |= train_step.precision.log_fields()  # the precision's counts, if any
                 run_log.write(record)
                 report.show(progress.step, record)
@@ -171,9 +172,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     # --- final save and summary
     summary = _summary(progress, eval_metrics, baseline_value, batches_per_epoch, throughput)
     summary["stopped_early"] = stopping.stops(progress)
+    summary |= task.rates(summary["samples_per_s"], raw_model, cfg, device)
     summary |= train_step.precision.log_fields()
+    weights = whole_weights(average.module, accelerator)  # of every process's shards, if any
     on_main_process(
-        accelerator, lambda: finish_run_folder(cfg, average.module, datasets.preprocess, summary)
+        accelerator, lambda: finish_run_folder(cfg, weights, datasets.preprocess, summary)
     )
     close_processes(accelerator, train_step)
     release_run_folder(output_dir)
@@ -186,14 +189,15 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
 def _model_on_device(
     cfg: TrainConfig, preprocess: Preprocess, accelerator: Accelerator
-) -> tuple[nn.Module, nn.Module]:
-    """The model on the device: the one to train, and the one to save and evaluate (as built,
-    whatever prepare() wraps the first in)."""
+) -> tuple[nn.Module, nn.Module, NoAverage | WeightAverage]:
+    """The model on the device: the one to train, the one to save and evaluate (as built,
+    whatever prepare() wraps the first in), and the average of its weights (ema_decay)."""
     model = build_model(cfg, preprocess)
     assert_modules_registered(model)  # before the optimizer, which would miss hidden layers
-    model = sync_batchnorm(model, accelerator)  # before prepare() wraps it
-    raw_model = model.to(accelerator.device)
-    return raw_model, raw_model
+    model = model.to(accelerator.device)
+    average = weight_average(model, cfg.ema_decay)  # a copy, before any process changes it
+    raw_model = distribute_model(model, average, cfg, accelerator)  # before prepare() wraps it
+    return raw_model, raw_model, average
 
 
 def _total_steps(cfg: TrainConfig, batches_per_epoch: int) -> int:

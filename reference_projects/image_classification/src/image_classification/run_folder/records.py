@@ -17,7 +17,6 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
-from torch import nn
 
 from ..checkpoint import save_weights
 from ..config import ConfigError, TrainConfig, save_config
@@ -138,12 +137,12 @@ def start_run_folder(cfg: TrainConfig, datasets: Datasets, accelerator: Accelera
 
 
 def finish_run_folder(
-    cfg: TrainConfig, model: nn.Module, preprocess: Any, summary: dict[str, Any]
+    cfg: TrainConfig, weights: dict[str, torch.Tensor], preprocess: Any, summary: dict[str, Any]
 ) -> None:
     """model/ (weights, preprocessing, config, the model card), summary.json, curves.png,
     run.json's end."""
     output_dir = Path(cfg.output_dir)
-    save_weights(model, output_dir / "model")
+    save_weights(weights, output_dir / "model")
     preprocess.save(output_dir / "model" / "preprocess.json")
     save_config(cfg, output_dir / "model" / "config.yaml")
     write_json(output_dir / "summary.json", summary)

@@ -111,7 +111,7 @@ def archive_damage(path: Path) -> str | None:
         written = _CHECKSUM.fullmatch(end[22:])
         if not end.startswith(_END_RECORD) or end[20:22] != struct.pack("<H", _CHECKSUM_SIZE):
             written = None
-        if written and _crc32(file, size - 2 - _CHECKSUM_SIZE) == int(written[1], 16):
+        if written and _saved_crc32(file, size) == int(written[1], 16):
             return None
     with zipfile.ZipFile(path) as archive:
         record = archive.testzip()  # names the damaged record, where the damage is in one
@@ -135,11 +135,40 @@ class _Checksummed:
         self.file.flush()
 
 
+def file_checksums(folder: Path) -> dict[str, str]:
+    """The CRC-32 of every file in `folder`, by name: a sharded checkpoint's shards, which
+    their writer (DCP) stores without a checksum of their own."""
+    return {path.name: _file_crc32(path) for path in sorted(folder.iterdir())}
+
+
+def folder_damage(folder: Path, checksums: dict[str, str]) -> str | None:
+    """What differs in `folder` from the files `checksums` (file_checksums) lists, or None."""
+    if not checksums:
+        return "no checksums of its files"
+    for name, checksum in checksums.items():
+        if not (folder / name).is_file():
+            return f"{folder.name}/{name} is missing"
+        if _file_crc32(folder / name) != checksum:
+            return f"checksum of {folder.name}/{name} does not match"
+    return None
+
+
 def _crc32(file: IO[bytes], size: int) -> int:
-    """The CRC-32 of the bytes the archive was saved as: the file's first `size`, then the
-    comment's length as saved. Read into one buffer: the file is never in memory twice."""
+    """The CRC-32 of the file's first `size` bytes. Read into one buffer: a checkpoint is
+    never in memory twice."""
     file.seek(0)
     buffer, crc = memoryview(bytearray(_CHUNK)), 0
     while size > 0 and (read := file.readinto(buffer[: min(_CHUNK, size)])):
         crc, size = zlib.crc32(buffer[:read], crc), size - read
-    return zlib.crc32(b"\0\0", crc)
+    return crc
+
+
+def _file_crc32(path: Path) -> str:
+    with open(path, "rb") as file:
+        return f"{_crc32(file, path.stat().st_size):08x}"
+
+
+def _saved_crc32(file: IO[bytes], size: int) -> int:
+    """The CRC-32 of the bytes the archive was saved as: all but its comment and the
+    comment's length, then that length as saved (0)."""
+    return zlib.crc32(b"\0\0", _crc32(file, size - 2 - _CHECKSUM_SIZE))
