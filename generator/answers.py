@@ -6,6 +6,7 @@ A matrix axis is every question with `choices` or of `type: bool`; questions hid
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -64,6 +65,14 @@ class Axis:
         raise AnswerError(f"{text!r} is not a choice of {self.name}; allowed: {allowed}")
 
 
+@functools.cache
+def _compiled(validators: tuple[str, ...]) -> tuple[jinja2.Template, ...]:
+    """The validators as Jinja templates, compiled once: compiling them again for each of the
+    matrix's combinations took most of a second per listing."""
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    return tuple(environment.from_string(validator) for validator in validators)
+
+
 @dataclass(frozen=True)
 class AnswerSpace:
     """The questions a user can answer, and the matrix spanned by those with choices."""
@@ -92,9 +101,8 @@ class AnswerSpace:
 
     def refusal(self, answers: Mapping[str, Answer]) -> str:
         """What copier.yml's validators say against `answers` (one line), or "" if nothing."""
-        environment = jinja2.Environment(undefined=jinja2.StrictUndefined)
-        for validator in self.validators:
-            said = environment.from_string(validator).render(**answers).strip()
+        for validator in _compiled(self.validators):
+            said = validator.render(**answers).strip()
             if said:
                 return " ".join(said.split())
         return ""
