@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState, PartialState
-from calls import EXACT, as_arguments
+from calls import EXACT, LEAN, as_arguments
 from data_fixtures import SHORT_RUN_FIELDS
 
 from image_classification.config import load_config
@@ -75,6 +75,7 @@ def short_run_in():
             "warmup_steps": 2,
             **EXACT,  # the tests compare short runs with each other bit for bit
             **SHORT_RUN_FIELDS,  # the task's (data_fixtures.py)
+            **LEAN,
         }
         return as_arguments(fields, *extra)
 

@@ -12,10 +12,8 @@ from image_classification.average import (
     NoAverage,
     weight_average,
 )
-from image_classification.checkpoint import (
-    find_resume_checkpoint,
-    inference_weights,
-)
+from image_classification.checkpoint import inference_weights
+from image_classification.resume import find_resume_checkpoint
 from image_classification.train import main
 
 

@@ -13,7 +13,6 @@ from calls import refusal
 from PIL import Image
 
 from image_classification import images
-from image_classification.checkpoint import find_resume_checkpoint
 from image_classification.config import (
     ConfigError,
     load_config,
@@ -24,6 +23,7 @@ from image_classification.data import (
 )
 from image_classification.describe import main as data_command
 from image_classification.loaders import build_loaders
+from image_classification.resume import find_resume_checkpoint
 from image_classification.train import main
 from image_classification.tune import main as tune
 from image_classification.utils.seed import seed_worker

@@ -12,10 +12,8 @@ from image_classification_loaded.average import (
     NoAverage,
     weight_average,
 )
-from image_classification_loaded.checkpoint import (
-    find_resume_checkpoint,
-    inference_weights,
-)
+from image_classification_loaded.checkpoint import inference_weights
+from image_classification_loaded.resume import find_resume_checkpoint
 from image_classification_loaded.train import main
 
 

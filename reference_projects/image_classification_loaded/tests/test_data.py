@@ -13,7 +13,6 @@ from calls import refusal
 from PIL import Image
 
 from image_classification_loaded import images
-from image_classification_loaded.checkpoint import find_resume_checkpoint
 from image_classification_loaded.config import (
     ConfigError,
     load_config,
@@ -24,6 +23,7 @@ from image_classification_loaded.data import (
 )
 from image_classification_loaded.describe import main as data_command
 from image_classification_loaded.loaders import build_loaders
+from image_classification_loaded.resume import find_resume_checkpoint
 from image_classification_loaded.train import main
 from image_classification_loaded.tune import main as tune
 from image_classification_loaded.utils.seed import seed_worker

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate import Accelerator
-from calls import as_arguments
+from calls import LEAN, as_arguments
 from multiprocess_runs import without_batchnorm
 from run_logs import assert_same_end, logged, weights
 
@@ -77,8 +77,7 @@ RUN_FIELDS = {
     "dropout": 0,  # each process draws its own masks: a random one would differ
     "cpu": True,
     "dist_timeout_s": RUN_TIMEOUT_S,
-    "compile": False,
-    "export_at_end": False,
+    **LEAN,
 }
 
 
@@ -140,11 +139,11 @@ def assert_close_runs(
 def launched(tmp_path_factory, embedded_args, fine_tuning):
     """One launch of 2 processes: two whole runs (no accumulation, and 2 micro-batches a
     step), the first resumed from its step-3 checkpoint, one of the model as built with an
-    uneven last validation batch, a profiled run, a run that logs
-    every 2 steps and two preempted like it (with a checkpoint due at the step they stop
-    at, and without), each followed by the same command again, a fine-tuning run whose
-    backbone thaws after step 3. The report of each process lists, for each run, the steps
-    it trained and the code it exited with."""
+    uneven last validation batch, a profiled run, a run that logs every 2 steps and two
+    preempted like it (with a checkpoint due at the step they stop at, and without), each
+    followed by the same command again, a fine-tuning run whose backbone thaws after step
+    3. The report of each process lists, for each run, the steps it trained and the code
+    it exited with."""
     root = tmp_path_factory.mktemp("two-processes")
     reports = tmp_path_factory.mktemp("reports")
     # A run of one process with the global batch, whose checkpoint the 2 processes resume.

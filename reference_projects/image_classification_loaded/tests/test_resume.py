@@ -9,7 +9,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from calls import EXACT, as_arguments
+from calls import EXACT, LEAN, as_arguments
 from run_logs import assert_same_end, checkpoint_state, logged
 
 from image_classification_loaded import task
@@ -28,8 +28,7 @@ RUN_FIELDS = {
     "eval_every": 10,
     "checkpoint_every": 5,
     **EXACT,
-    "compile": False,
-    "export_at_end": False,
+    **LEAN,
 }
 
 

@@ -24,16 +24,16 @@ from training_children import full_disk_run
 from image_classification_loaded.checkpoint import (
     Progress,
     checkpoint_path,
-    find_resume_checkpoint,
     list_checkpoints,
     load_checkpoint,
     save_checkpoint,
-    shards_folder,
 )
 from image_classification_loaded.config import load_config
 from image_classification_loaded.data import build_datasets
 from image_classification_loaded.model import build_model
+from image_classification_loaded.resume import find_resume_checkpoint
 from image_classification_loaded.sharding import repeated_blocks
+from image_classification_loaded.storage import shards_folder
 from image_classification_loaded.train import main
 
 TRAIN = "image_classification_loaded.train"

@@ -12,10 +12,8 @@ from language_modeling.average import (
     NoAverage,
     weight_average,
 )
-from language_modeling.checkpoint import (
-    find_resume_checkpoint,
-    inference_weights,
-)
+from language_modeling.checkpoint import inference_weights
+from language_modeling.resume import find_resume_checkpoint
 from language_modeling.train import main
 
 

@@ -12,10 +12,8 @@ from semantic_segmentation.average import (
     NoAverage,
     weight_average,
 )
-from semantic_segmentation.checkpoint import (
-    find_resume_checkpoint,
-    inference_weights,
-)
+from semantic_segmentation.checkpoint import inference_weights
+from semantic_segmentation.resume import find_resume_checkpoint
 from semantic_segmentation.train import main
 
 

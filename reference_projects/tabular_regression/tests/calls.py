@@ -1,5 +1,6 @@
 """How the tests call a project's commands: fields as `--name=value` arguments, the fields
-of runs compared bit for bit, and the one line a command exits with when it refuses its input."""
+of runs compared bit for bit and of runs that skip what their test is not about, and the one
+line a command exits with when it refuses its input."""
 
 from collections.abc import Callable
 
@@ -11,6 +12,7 @@ import torch
 # last bits from the first step, so there such runs ask for deterministic kernels; on the
 # CPU a run is repeatable as it is, and the tests run the default.
 EXACT = {"deterministic": True} if torch.cuda.is_available() else {}
+LEAN: dict[str, bool] = {}  # fields that spare a test's run what it is not about: none here
 
 
 def as_arguments(fields: dict, *extra: str) -> list[str]:

@@ -12,10 +12,8 @@ from tabular_regression.average import (
     NoAverage,
     weight_average,
 )
-from tabular_regression.checkpoint import (
-    find_resume_checkpoint,
-    inference_weights,
-)
+from tabular_regression.checkpoint import inference_weights
+from tabular_regression.resume import find_resume_checkpoint
 from tabular_regression.train import main
 
 

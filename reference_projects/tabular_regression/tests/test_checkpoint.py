@@ -18,7 +18,6 @@ from training_children import full_disk_run
 from tabular_regression import checkpoint
 from tabular_regression.checkpoint import (
     CheckpointError,
-    find_resume_checkpoint,
     list_checkpoints,
     load_checkpoint,
 )
@@ -27,6 +26,7 @@ from tabular_regression.loaders import (
     SHUFFLE_BEFORE_FORMAT_5,
     EpochBatchSampler,
 )
+from tabular_regression.resume import find_resume_checkpoint
 from tabular_regression.train import main
 from tabular_regression.utils.files import atomic_write
 
@@ -254,9 +254,12 @@ def relabel(run_dir, step: int) -> None:
     payload = load_checkpoint(newest)
     for path in list_checkpoints(directory):
         path.unlink()
-    if checkpoint.SHARDS in payload:  # sharded training's folder is renamed with its file
-        folder = checkpoint.shards_folder(checkpoint.checkpoint_path(directory, step))
-        payload[checkpoint.SHARDS] = checkpoint.shards_folder(newest).rename(folder).name
+    relabelled = checkpoint.checkpoint_path(directory, step).stem
+    for beside in directory.glob(f"{newest.stem}.*"):  # what storage.py keeps beside the file
+        beside.rename(beside.with_name(relabelled + beside.name.removeprefix(newest.stem)))
+    if checkpoint.SHARDS in payload:  # the folder's name, as the file records it
+        suffix = payload[checkpoint.SHARDS].removeprefix(newest.stem)
+        payload[checkpoint.SHARDS] = relabelled + suffix
     progress = checkpoint.Progress(**{**payload["progress"], "step": step})
     checkpoint.save_checkpoint(directory, progress, payload, keep=2, is_best=True)
 

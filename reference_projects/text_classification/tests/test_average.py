@@ -12,10 +12,8 @@ from text_classification.average import (
     NoAverage,
     weight_average,
 )
-from text_classification.checkpoint import (
-    find_resume_checkpoint,
-    inference_weights,
-)
+from text_classification.checkpoint import inference_weights
+from text_classification.resume import find_resume_checkpoint
 from text_classification.train import main
 
 

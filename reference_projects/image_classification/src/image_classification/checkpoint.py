@@ -7,14 +7,12 @@ the step number in the name (step-1000000.pt comes after step-999999.pt); the ne
 and `best` beside them name a checkpoint and only move after it is completely written.
 
 Every checkpoint has one layout, whatever the number of processes that wrote it: RNG holds
-one entry per process. Sharded training keeps the model's tensors in a folder beside the
-file instead (SHARDS; storage.py writes and reads it). FORMAT_VERSION numbers that layout;
-older versions load through `_upgrade`, newer ones are refused. Every file ends with a
-checksum of its bytes, verified before it is loaded (and a folder of shards has one per
-file): a damaged checkpoint is reported and skipped for the previous one, never trained on.
+one entry per process; storage.py decides where the model's tensors are kept. FORMAT_VERSION
+numbers that layout; older versions load through `_upgrade`, newer ones are refused. Every
+file ends with a checksum of its bytes, verified before it is loaded: a damaged checkpoint
+is reported and skipped for the previous one (resume.py), never trained on.
 """
 
-import logging
 import random
 import re
 import shutil
@@ -33,9 +31,7 @@ from torch import nn
 from .average import averaged_weights
 from .loaders import SHUFFLE, SHUFFLE_BEFORE_FORMAT_5
 from .utils.errors import UserError, first_line
-from .utils.files import DiskFull, archive_damage, atomic_write, folder_damage, with_checksum
-
-log = logging.getLogger(__name__)
+from .utils.files import DiskFull, archive_damage, atomic_write, with_checksum
 
 # Keys of a checkpoint file.
 MODEL = "model"
@@ -47,9 +43,9 @@ CONFIG = "config"
 DATA = "data_fingerprint"
 FORMAT = "format"
 DATA_GENERATOR = "data_generator"  # key of the loader generator's state in an RNG entry
-# Sharded training: the folder beside the file with the model's, average's and optimizer's
-# shards instead of MODEL, AVERAGE and OPTIMIZER (shards_folder), and its files' checksums.
-SHARDS, SHARD_FILES = "shards", "shard_files"
+# A checkpoint of sharded training names here the folder beside its file that holds the
+# model's, average's and optimizer's shards, instead of MODEL, AVERAGE and OPTIMIZER.
+SHARDS = "shards"
 # precision.py adds the entries of what it keeps, where the precision keeps anything.
 
 # 1: before checkpoints had FORMAT (one process stored RNG as a dict); 2: one RNG layout for
@@ -60,6 +56,7 @@ SHARDS, SHARD_FILES = "shards", "shard_files"
 FORMAT_VERSION = 5
 
 _NAME = re.compile(r"^step-(\d+)\.pt$")
+_STEP_NAMED = re.compile(r"^(step-\d+)\.")  # a checkpoint's file, and what is kept beside it
 
 
 class CheckpointError(UserError, RuntimeError):
@@ -90,11 +87,6 @@ class Progress:
 
 def checkpoint_path(directory: Path, step: int) -> Path:
     return directory / f"step-{step:06d}.pt"
-
-
-def shards_folder(path: Path) -> Path:
-    """The folder of a sharded checkpoint's tensors: step-000120.shards beside its file."""
-    return path.with_suffix(".shards")
 
 
 def save_checkpoint(
@@ -135,9 +127,6 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint '{path}' is unreadable ({reason})") from None
     if not _is_training_checkpoint(payload):
         raise CheckpointError(f"checkpoint '{path}' is not a training checkpoint of this project")
-    shards, checksums = payload.get(SHARDS), payload.get(SHARD_FILES, {})
-    if shards and (damage := folder_damage(path.with_name(shards), checksums)):
-        raise CheckpointError(f"checkpoint '{path}' has damaged shards ({damage})")
     version = payload.get(FORMAT, 1)
     if version not in range(1, FORMAT_VERSION + 1):
         raise CheckpointRefused(
@@ -166,31 +155,6 @@ def _upgrade(payload: dict[str, Any]) -> dict[str, Any]:
     payload[PROGRESS].setdefault("shuffle", SHUFFLE_BEFORE_FORMAT_5)
     payload[FORMAT] = FORMAT_VERSION
     return payload
-
-
-def checkpoint_to_resume(resume: str, directory: Path) -> tuple[Path, dict[str, Any]] | None:
-    """What `--resume` asks for: none, the newest usable one in `directory` (auto), or a file."""
-    if resume == "none":
-        return None
-    if resume == "auto":
-        return find_resume_checkpoint(directory)
-    return Path(resume), load_checkpoint(Path(resume))
-
-
-def find_resume_checkpoint(directory: Path) -> tuple[Path, dict[str, Any]] | None:
-    """The newest checkpoint in `directory` that loads; a broken newer one is reported, skipped.
-
-    One of a format this project cannot read is refused instead: the run would otherwise
-    continue from an older one, and its pruning delete the newer.
-    """
-    for path in reversed(list_checkpoints(directory)):
-        try:
-            return path, load_checkpoint(path)
-        except CheckpointRefused:
-            raise
-        except CheckpointError as error:
-            log.warning("%s; trying the previous one", error)
-    return None
 
 
 def list_checkpoints(directory: Path) -> list[Path]:
@@ -285,13 +249,18 @@ def _to_tuple(value: Any) -> Any:
 
 
 def _prune(directory: Path, keep: int) -> None:
-    """Delete all but the newest `keep` checkpoints and the best; rebuilt from the files."""
+    """Delete all but the newest `keep` checkpoints and the best: everything named after
+    another step (a checkpoint's file, what storage.py keeps beside it, and that of a file a
+    stopped run never wrote); rebuilt from the files."""
     best_marker = directory / "best"
-    best = best_marker.read_text().strip() if best_marker.is_file() else None
-    for path in list_checkpoints(directory)[:-keep]:
-        if path.name != best:
-            path.unlink()
-    # sharded training's folders whose file is gone: pruned, or never written (run stopped)
-    for folder in directory.glob("step-*.shards"):
-        if not folder.with_suffix(".pt").is_file():
-            shutil.rmtree(folder, ignore_errors=True)
+    kept = {path.stem for path in list_checkpoints(directory)[-keep:]}
+    if best_marker.is_file():
+        kept.add(Path(best_marker.read_text().strip()).stem)
+    for entry in directory.iterdir():
+        step = _STEP_NAMED.match(entry.name)
+        if step is None or step[1] in kept:
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink()

@@ -15,10 +15,11 @@ from .checkpoint import (
     DATA,
     PROGRESS,
     RNG,
+    CheckpointError,
     CheckpointRefused,
     Progress,
-    checkpoint_to_resume,
     list_checkpoints,
+    load_checkpoint,
 )
 from .config import RESUME_FREE_FIELDS, TrainConfig
 from .run_folder.records import METRICS_FILE
@@ -44,7 +45,6 @@ def resume_point(
             check_nothing_to_lose(output_dir)
         return Progress(total_steps=total_steps), None, None
     path, state = resume_from
-    check_resumable(state, path)  # a checkpoint whose tensors this project cannot read
     for note in check_resume(path, state, cfg, data_fingerprint, num_processes):
         log.warning("%s", note)
     progress = resumed_progress(state, cfg, data_fingerprint, num_processes, batches_per_epoch)
@@ -64,6 +64,38 @@ def resume_point(
         )
     progress.total_steps = total_steps
     return progress, path, state
+
+
+def checkpoint_to_resume(resume: str, directory: Path) -> tuple[Path, dict[str, Any]] | None:
+    """What `--resume` asks for: none, the newest usable one in `directory` (auto), or a file."""
+    if resume == "none":
+        return None
+    if resume == "auto":
+        return find_resume_checkpoint(directory)
+    return Path(resume), _usable_checkpoint(Path(resume))
+
+
+def find_resume_checkpoint(directory: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest usable checkpoint in `directory`; a broken newer one is reported, skipped.
+
+    One this project refuses (another format, tensors it cannot read) stops the run instead:
+    it would otherwise continue from an older one, and its pruning delete the newer.
+    """
+    for path in reversed(list_checkpoints(directory)):
+        try:
+            return path, _usable_checkpoint(path)
+        except CheckpointRefused:
+            raise
+        except CheckpointError as error:
+            log.warning("%s; trying the previous one", error)
+    return None
+
+
+def _usable_checkpoint(path: Path) -> dict[str, Any]:
+    """The checkpoint at `path`, loaded, with its tensors where storage.py reads them."""
+    state = load_checkpoint(path)
+    check_resumable(state, path)
+    return state
 
 
 MODEL_FILE = "model/model.safetensors"

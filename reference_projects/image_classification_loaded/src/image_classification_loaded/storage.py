@@ -19,6 +19,7 @@ process takes its shards of it.
 import logging
 import shutil
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -44,20 +45,24 @@ from .checkpoint import (
     AVERAGE,
     MODEL,
     OPTIMIZER,
-    SHARD_FILES,
     SHARDS,
     CheckpointError,
     check_fits,
     inference_weights,
     load_model_state,
-    shards_folder,
 )
 from .distributed import broadcast_buffers
 from .processes import on_main_process
-from .utils.files import NO_SPACE, disk_full, file_checksums
+from .utils.files import NO_SPACE, disk_full
 
 log = logging.getLogger(__name__)
 WHOLE = StateDictOptions(full_state_dict=True)  # whole tensors, on every process
+SHARD_FILES = "shard_files"  # the checkpoint's entry: the CRC-32 of each file of its folder
+
+
+def shards_folder(path: Path) -> Path:
+    """The folder of a checkpoint's shards: step-000120.shards beside its file."""
+    return path.with_suffix(".shards")
 
 
 def tensor_states(
@@ -84,7 +89,7 @@ def tensor_states(
     checksums: dict[str, str] = {}  # the main process's, which writes the checkpoint's file
 
     def publish() -> None:
-        checksums.update(file_checksums(staged))
+        checksums.update({file.name: _crc32(file) for file in sorted(staged.iterdir())})
         _replace_folder(staged, folder)
 
     on_main_process(accelerator, publish)
@@ -92,8 +97,15 @@ def tensor_states(
 
 
 def check_resumable(state: dict[str, Any], path: Path) -> None:
-    """Nothing to refuse: a sharded checkpoint reshards, and one of the whole model (written
-    without sharding) is cut into shards as it loads (restore_tensor_states)."""
+    """A CheckpointError where a file of the checkpoint's shards is missing or damaged (DCP
+    writes them without a checksum of their own). Nothing is refused: a sharded checkpoint
+    reshards, and one of the whole model (written without sharding) is cut into shards as
+    it loads (restore_tensor_states)."""
+    if SHARDS not in state:
+        return
+    damage = _damage(path.with_name(state[SHARDS]), state.get(SHARD_FILES, {}))
+    if damage:
+        raise CheckpointError(f"checkpoint '{path}' has damaged shards ({damage})")
 
 
 def restore_tensor_states(
@@ -155,6 +167,7 @@ def checkpoint_tensors(state: dict[str, Any], path: Path) -> dict[str, Any]:
     """The checkpoint's model, average (empty where none was kept) and optimizer state,
     whole, in this process: a sharded one's read from its shards without a process group,
     its optimizer state keyed by parameter name, as DCP keeps it."""
+    check_resumable(state, path)
     if SHARDS not in state:
         return {key: state[key] for key in (MODEL, AVERAGE, OPTIMIZER) if key in state}
     with tempfile.TemporaryDirectory(prefix="whole-checkpoint-") as scratch:
@@ -241,3 +254,23 @@ def _replace_folder(staged: Path, folder: Path) -> None:
     if folder.exists():
         shutil.rmtree(folder)
     staged.rename(folder)
+
+
+def _damage(folder: Path, checksums: dict[str, str]) -> str | None:
+    """What differs in `folder` from the files `checksums` lists, or None."""
+    if not checksums:
+        return "no checksums of its files"
+    for name, checksum in checksums.items():
+        if not (folder / name).is_file():
+            return f"{folder.name}/{name} is missing"
+        if _crc32(folder / name) != checksum:
+            return f"checksum of {folder.name}/{name} does not match"
+    return None
+
+
+def _crc32(path: Path) -> str:
+    crc = 0
+    with open(path, "rb") as file:
+        while chunk := file.read(1 << 20):
+            crc = zlib.crc32(chunk, crc)
+    return f"{crc:08x}"

@@ -135,24 +135,6 @@ class _Checksummed:
         self.file.flush()
 
 
-def file_checksums(folder: Path) -> dict[str, str]:
-    """The CRC-32 of every file in `folder`, by name: a sharded checkpoint's shards, which
-    their writer (DCP) stores without a checksum of their own."""
-    return {path.name: _file_crc32(path) for path in sorted(folder.iterdir())}
-
-
-def folder_damage(folder: Path, checksums: dict[str, str]) -> str | None:
-    """What differs in `folder` from the files `checksums` (file_checksums) lists, or None."""
-    if not checksums:
-        return "no checksums of its files"
-    for name, checksum in checksums.items():
-        if not (folder / name).is_file():
-            return f"{folder.name}/{name} is missing"
-        if _file_crc32(folder / name) != checksum:
-            return f"checksum of {folder.name}/{name} does not match"
-    return None
-
-
 def _crc32(file: IO[bytes], size: int) -> int:
     """The CRC-32 of the file's first `size` bytes. Read into one buffer: a checkpoint is
     never in memory twice."""
@@ -161,11 +143,6 @@ def _crc32(file: IO[bytes], size: int) -> int:
     while size > 0 and (read := file.readinto(buffer[: min(_CHUNK, size)])):
         crc, size = zlib.crc32(buffer[:read], crc), size - read
     return crc
-
-
-def _file_crc32(path: Path) -> str:
-    with open(path, "rb") as file:
-        return f"{_crc32(file, path.stat().st_size):08x}"
 
 
 def _saved_crc32(file: IO[bytes], size: int) -> int:
