@@ -137,13 +137,13 @@ def assert_close_runs(
 
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory, embedded_args, fine_tuning):
-    """One launch of 2 processes: two whole runs (no accumulation, and 2 micro-batches a
-    step), the first resumed from its step-3 checkpoint, one of the model as built with an
-    uneven last validation batch, a profiled run, a run that logs every 2 steps and two
-    preempted like it (with a checkpoint due at the step they stop at, and without), each
-    followed by the same command again, a fine-tuning run whose backbone thaws after step
-    3. The report of each process lists, for each run, the steps it trained and the code
-    it exited with."""
+    """One launch of 2 processes running every run of `runs` below: two whole runs (no
+    accumulation, and 2 micro-batches a step), the first resumed from its step-3
+    checkpoint, one of the model as built with an uneven last validation batch, a profiled
+    run, a run that logs every 2 steps and two preempted like it (with a checkpoint due at
+    the step they stop at, and without), each followed by the same command again. The
+    report of each process lists, for each run, the steps it trained and the code it
+    exited with."""
     root = tmp_path_factory.mktemp("two-processes")
     reports = tmp_path_factory.mktemp("reports")
     # A run of one process with the global batch, whose checkpoint the 2 processes resume.
@@ -166,6 +166,7 @@ def launched(tmp_path_factory, embedded_args, fine_tuning):
         | {"as_built": True},
         "profiled": run("profiled", "--profile", "true"),
         "logged-every-2": run("logged-every-2", *every_2),
+        # The tests' pretrained model, its backbone thawing after step 3 (fine_tuning).
         # Its export is tried before the first step on rank 0, which the others wait for.
         "fine-tuned": run("fine-tuned", *fine_tuning, "--export_at_end", "true"),
     }
