@@ -16,7 +16,9 @@ that fails:
     export   (export_target != none) the resumed run's export names its final checkpoint and
              was verified against PyTorch; `python -m <package>.export --checkpoint best`
              exports and verifies the best one
-    tests    (a sample of the combinations) the project's own test suite
+    tests    (a sample of the combinations) the project's own test suite; where
+             Options.added_tests_only names it, only the test files its answers add to its
+             task's default project (added_tests)
 
 Every combination shares one Python environment (this interpreter) and one compile cache;
 nothing else: renders and runs never see each other's files. The stages start the project's
@@ -141,6 +143,7 @@ def check_combination(
         run.fields = AVERAGED
         result.notes.append(f"trained with {' '.join(AVERAGED)}")
     run.sweep_tests = result.slug not in options.without_sweep_tests
+    run.added_tests_only = result.slug in options.added_tests_only
     for name, stage in stages:
         start, cpu_start, failure = time.perf_counter(), run.cpu_s(), None
         try:
@@ -160,6 +163,22 @@ def check_combination(
     return result
 
 
+def added_tests(answers: Mapping[str, Answer], project: Path, scratch: Path) -> list[str]:
+    """The test files of `project` (rendered from `answers`) that its task's default project
+    lacks, rendered into `scratch` to compare: the tests of what its other answers add, such
+    as several processes' and fp16's. StageFailure when there are none, so that a suite
+    which would run nothing never passes."""
+    with _RENDER_LOCK:
+        render({"task_type": answers["task_type"]}, scratch)
+    default = {path.name for path in (scratch / "tests").glob("test_*.py")}
+    added = [
+        path for path in sorted((project / "tests").glob("test_*.py")) if path.name not in default
+    ]
+    if not added:
+        raise StageFailure(f"its answers add no test file to the {answers['task_type']} default's")
+    return [str(path.relative_to(project)) for path in added]
+
+
 class _Run:
     """One combination's folder: `project/` (the render) and `out/` (the run directory)."""
 
@@ -172,6 +191,7 @@ class _Run:
         self.first_steps = 0  # steps the fast dev run trained
         self.first_metrics = ""  # its metrics.jsonl, which the resume must keep
         self.sweep_tests = True  # whether its own suite runs the whole-sweep tests
+        self.added_tests_only = False  # whether it runs only the tests its answers add
 
     def cpu_s(self) -> float:
         """CPU seconds used so far by this thread and the processes it ran, forked ones too."""
@@ -246,6 +266,8 @@ class _Run:
             pytest += ["-m", "not sweep"]
         elif not self.options.every_sweep_test:
             pytest += ["-m", "not sweep or shared_study"]
+        if self.added_tests_only:
+            pytest += added_tests(self.answers, self.project, self.project.parent / "task-default")
         run_checked([sys.executable, "-m", *pytest], self.project, self._env())
 
     def _run_module(

@@ -26,7 +26,7 @@ from generator.parallel import check_all
 from generator.provenance import machine, now, template_commit, template_trees
 from generator.render import render
 from generator.report import REPORT_FOLDER, merge, require_report_folder, write_report
-from generator.selection import Shard, check_selection, select, sweep_sample
+from generator.selection import Shard, check_selection, select, sweep_sample, whole_suites
 from generator.server import ServerDied
 
 
@@ -79,6 +79,9 @@ def check_combinations(args: argparse.Namespace, argv: Sequence[str]) -> int:
             not args.no_server,
             _without_sweep_tests(space, sample) if args.project_tests == "rest" else frozenset(),
             every_sweep_test=args.project_tests != "rest",
+            added_tests_only=_added_tests_only(space, sample)
+            if args.project_tests == "rest"
+            else frozenset(),
         )
         print(
             f"checking {len(combinations)} combinations on {args.device}, "
@@ -231,6 +234,12 @@ def _without_sweep_tests(space: AnswerSpace, sample: list[Answers]) -> frozenset
     """The slugs of the rest sample's combinations outside its sweep sample."""
     sweeping = {space.slug(answers) for answers in sweep_sample(space, sample)}
     return frozenset(space.slug(answers) for answers in sample) - sweeping
+
+
+def _added_tests_only(space: AnswerSpace, sample: list[Answers]) -> frozenset[str]:
+    """The slugs of the rest sample's combinations outside its whole suites."""
+    whole = {space.slug(answers) for answers in whole_suites(space, sample)}
+    return frozenset(space.slug(answers) for answers in sample) - whole
 
 
 def mutation_report(args: argparse.Namespace) -> int:

@@ -42,6 +42,9 @@ class Options:
     # Whether the others run every whole-sweep test, or only the one whose trials log to the
     # tracker side by side (the marker `shared_study`; the reference suites run the rest).
     every_sweep_test: bool = True
+    # The slugs of the combinations whose own suites run only the tests their answers add to
+    # their task's default project: see selection.rest_sample and check.added_tests.
+    added_tests_only: frozenset[str] = frozenset()
 
 
 def processes(answers: Mapping[str, Answer]) -> int:

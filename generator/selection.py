@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from generator.answers import Answer, AnswerError, Answers, AnswerSpace
 from generator.cover import TESTED_PAIRS, cost, covering
+from generator.launch import processes
 from generator.pairwise import pairs_of, pairwise
 from generator.references import reference_combinations
 
@@ -180,12 +181,34 @@ def check_selection(
 def rest_sample(space: AnswerSpace, candidates: Sequence[Answers]) -> list[Answers]:
     """The combinations of `candidates` whose own tests `check --project-tests rest` runs:
     the cheapest cover of what the reference projects' suites leave untested. The pairwise
-    set starts with them, so that it holds them whatever the pairs would pick."""
-    return covering(space, candidates, reference_combinations(), TESTED_PAIRS)
+    set starts with them, so that it holds them whatever the pairs would pick.
+
+    First the whole suites of the choices the references leave (whole_suites), then, for
+    each pairing of TESTED_PAIRS still untested, a combination of several processes whose
+    suite runs only the tests its answers add to its task's default project (check.added_tests):
+    those of what several processes and mixed precision change, which is what the pairs are
+    for. Its other tests are the default project's, run by the task's reference suite, and
+    the check's stages train, resume and export it like every combination.
+    """
+    whole = whole_suites(space, candidates)
+    several = [combo for combo in candidates if processes(combo) > 1]
+    return whole + covering(space, several, [*reference_combinations(), *whole], TESTED_PAIRS)
+
+
+def whole_suites(space: AnswerSpace, sample: Sequence[Answers]) -> list[Answers]:
+    """Of `sample` (the rest sample), the combinations whose whole suites run: the cheapest
+    that use every choice the reference projects leave. The others run their added tests."""
+    names = [axis.name for axis in space.axes]  # not the free text `--set` or USER_NAMES gave
+
+    def choices(combo: Answers) -> Answers:
+        return {name: combo[name] for name in names}
+
+    chosen = covering(space, [choices(c) for c in sample], reference_combinations())
+    return [next(c for c in sample if choices(c) == wanted) for wanted in chosen]
 
 
 def sweep_sample(space: AnswerSpace, sample: Sequence[Answers]) -> list[Answers]:
-    """Of the rest sample, the combinations whose suites also run a whole-sweep test (the
+    """Of the rest sample's whole suites, those that also run a whole-sweep test (the
     pytest marker `sweep`: minutes of trials each): the cheapest that use every choice the
     reference projects' suites leave those tests. A sweep runs the same for every task; what
     it meets is the launcher, the tracker, the precision and the export of its trials. The
@@ -194,6 +217,7 @@ def sweep_sample(space: AnswerSpace, sample: Sequence[Answers]) -> list[Answers]
     # Not the task: a sweep runs the same for each (the reference suites that run the
     # tests give it both directions of a metric, see references.SWEEP_TEST_REFERENCES).
     names = [axis.name for axis in space.axes if axis.name != "task_type"]
+    sample = whole_suites(space, sample)  # test_sweep.py is not among the added tests
 
     def choices(combo: Answers) -> Answers:
         return {name: combo[name] for name in names}

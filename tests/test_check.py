@@ -142,14 +142,50 @@ def test_the_rest_sample_runs_the_whole_sweep_tests_where_they_meet_unused_choic
         monkeypatch.setattr(check._Run, stage, lambda self: None)
     commands_run: list[list[str]] = []
     monkeypatch.setattr(check, "run_checked", lambda command, *args: commands_run.append(command))
+    monkeypatch.setattr(check, "added_tests", lambda *args: ["tests/test_added.py"])
     without = [c for c in rest if SPACE.slug(c) in rest_options.without_sweep_tests]
     for answers, options in ((sweeping[0], rest_options), (without[0], rest_options)):
         check_combination(SPACE, answers, tmp_path, options, project_tests=True)
     check_combination(SPACE, sweeping[0], tmp_path, every_options, project_tests=True)
     # The reference suites run every sweep test; the rest's sweeping suites the shared one.
     assert commands_run[0][-2:] == ["-m", "not sweep or shared_study"]
-    assert commands_run[1][-2:] == ["-m", "not sweep"]
+    assert commands_run[1][-3:] == ["-m", "not sweep", "tests/test_added.py"]
     assert "sweep" not in " ".join(commands_run[2])  # --project-tests all: every test
+
+
+def test_the_rest_samples_pairs_run_only_the_tests_their_answers_add(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Of the rest sample, the suites beyond the whole ones run the test files their answers
+    add to their task's default project: several processes' and fp16's, for a pair."""
+    seen: list[tuple] = []
+    monkeypatch.setattr(commands, "check_all", lambda *args: seen.append(args) or [])
+    monkeypatch.setattr(commands, "write_report", lambda *args, **kwargs: None)
+    main(["check", "--pairwise", "--project-tests", "rest", "--workdir", str(tmp_path)])
+    ((_, _, rest, _, rest_options, _),) = seen
+    pairs = [c for c in rest if SPACE.slug(c) in rest_options.added_tests_only]
+    assert 0 < len(pairs) < len(rest)
+    # The pytest command of one: the project renders; the other stages do nothing here.
+    for stage in ("lint", "train", "resume", "export"):
+        monkeypatch.setattr(check._Run, stage, lambda self: None)
+    commands_run: list[list[str]] = []
+    monkeypatch.setattr(check, "run_checked", lambda command, *args: commands_run.append(command))
+    multi_fp16 = next(
+        c for c in pairs if (c["distributed"], c["mixed_precision"]) == ("multi", "fp16")
+    )
+    result = check_combination(
+        SPACE, multi_fp16, tmp_path / "pair", rest_options, project_tests=True
+    )
+    assert result.ok, result.log_tail
+    added = ["tests/test_distributed.py", "tests/test_fp16.py", "tests/test_slurm.py"]
+    assert commands_run == [[*commands_run[0][: -len(added)], *added]]
+    assert commands_run[0][-len(added) - 2 : -len(added)] == ["-m", "not sweep"]
+    # A combination that adds no test file to its task's default fails: it would run nothing.
+    default = SPACE.defaults()
+    options = Options(tmp_path / "cache", added_tests_only=frozenset([SPACE.slug(default)]))
+    result = check_combination(SPACE, default, tmp_path / "default", options, project_tests=True)
+    assert not result.ok and result.stages[-1].name == "tests"
+    assert "add no test file" in result.log_tail and len(commands_run) == 1
 
 
 def test_the_rest_sweep_suites_marker_selects_the_shared_study_test_alone() -> None:

@@ -21,7 +21,7 @@ from generator import references as references_module
 from generator.answers import load_space
 from generator.cli import main
 from generator.cover import TESTED_PAIRS, covering, features
-from generator.launch import Options
+from generator.launch import Options, processes
 from generator.references import (
     COMMIT,
     INDEX,
@@ -41,7 +41,7 @@ from generator.results import (
     RESULTS_MD,
     SOURCES,
 )
-from generator.selection import rest_sample, select
+from generator.selection import rest_sample, select, whole_suites
 
 SPACE = load_space()
 REFS = references(SPACE)
@@ -289,10 +289,16 @@ def test_rest_of_the_sample_covers_what_the_references_leave() -> None:
     ]
     _, pairwise_set = select(SPACE, pairwise_only=True)
     rest = rest_sample(SPACE, SPACE.combinations())
-    assert rest == covering(SPACE, None, tested, TESTED_PAIRS)
+    whole = whole_suites(SPACE, rest)
+    assert rest[: len(whole)] == whole == covering(SPACE, None, tested)
     assert all(combo in pairwise_set for combo in rest)  # the pairwise check runs them
     # The cheapest suites that do it: none compiles (a reference project does).
     assert not any(combo["compile"] for combo in rest)
+    # Whole suites use every choice; the pairs' suites, which run only the tests their
+    # answers add, are of several processes (tests/test_check.py: which tests they run).
+    singles = {f for combo in SPACE.combinations() for f in features(combo)}
+    assert {f for combo in [*tested, *whole] for f in features(combo)} == singles
+    assert all(processes(combo) > 1 for combo in rest[len(whole) :])
     every = {f for combo in SPACE.combinations() for f in features(combo, TESTED_PAIRS)}
     run = {f for combo in [*tested, *rest] for f in features(combo, TESTED_PAIRS)}
     assert run == every
