@@ -85,9 +85,8 @@ def get_parser() -> argparse.ArgumentParser:
         "more (--gpu-matrix's: one suite for each task with each mixed_precision); pairwise is the "
         "selection's pairwise set (what --pairwise checks); both are "
         "taken before --shard; rest covers only what the reference projects leave unused, for runs "
-        "whose reference projects' tests run too (make test): whole suites for the choices, and "
-        "for each task's pairings only the test files the answers add to its default project; "
-        "of the whole suites, only the fewest "
+        "whose reference projects' tests run too (make test), the pairs' only the test files their "
+        "answers add to the task's default project; of the whole suites, only the fewest "
         "that give every choice to the whole-sweep tests (marker sweep) run them",
     )
     check.add_argument(

@@ -71,16 +71,17 @@ def check_combinations(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     with tempfile.TemporaryDirectory(prefix="generator-check-") as scratch:
         workdir = args.workdir or Path(scratch)
+        rest = args.project_tests == "rest"  # of which few run sweeps, and some added tests
         options = Options(
             workdir / "compile-cache",
             args.device,
             args.steps,
             args.jobs,
             not args.no_server,
-            _without_sweep_tests(space, sample) if args.project_tests == "rest" else frozenset(),
-            every_sweep_test=args.project_tests != "rest",
-            added_tests_only=_added_tests_only(space, sample)
-            if args.project_tests == "rest"
+            _outside(space, sample, sweep_sample(space, sample)) if rest else frozenset(),
+            every_sweep_test=not rest,
+            added_tests_only=_outside(space, sample, whole_suites(space, sample))
+            if rest
             else frozenset(),
         )
         print(
@@ -230,16 +231,9 @@ def _require_gpus(combinations: Sequence[Answers]) -> None:
         )
 
 
-def _without_sweep_tests(space: AnswerSpace, sample: list[Answers]) -> frozenset[str]:
-    """The slugs of the rest sample's combinations outside its sweep sample."""
-    sweeping = {space.slug(answers) for answers in sweep_sample(space, sample)}
-    return frozenset(space.slug(answers) for answers in sample) - sweeping
-
-
-def _added_tests_only(space: AnswerSpace, sample: list[Answers]) -> frozenset[str]:
-    """The slugs of the rest sample's combinations outside its whole suites."""
-    whole = {space.slug(answers) for answers in whole_suites(space, sample)}
-    return frozenset(space.slug(answers) for answers in sample) - whole
+def _outside(space: AnswerSpace, sample: list[Answers], chosen: list[Answers]) -> frozenset[str]:
+    """The slugs of the combinations of `sample` that `chosen` leaves out."""
+    return frozenset(space.slug(answers) for answers in sample) - {space.slug(c) for c in chosen}
 
 
 def mutation_report(args: argparse.Namespace) -> int:
