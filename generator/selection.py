@@ -199,12 +199,7 @@ def whole_suites(space: AnswerSpace, sample: Sequence[Answers]) -> list[Answers]
     """Of `sample` (the rest sample), the combinations whose whole suites run: the cheapest
     that use every choice the reference projects leave. The others run their added tests."""
     names = [axis.name for axis in space.axes]  # not the free text `--set` or USER_NAMES gave
-
-    def choices(combo: Answers) -> Answers:
-        return {name: combo[name] for name in names}
-
-    chosen = covering(space, [choices(c) for c in sample], reference_combinations())
-    return [next(c for c in sample if choices(c) == wanted) for wanted in chosen]
+    return _cover_by(space, sample, names, reference_combinations())
 
 
 def sweep_sample(space: AnswerSpace, sample: Sequence[Answers]) -> list[Answers]:
@@ -218,12 +213,19 @@ def sweep_sample(space: AnswerSpace, sample: Sequence[Answers]) -> list[Answers]
     # tests give it both directions of a metric, see references.SWEEP_TEST_REFERENCES).
     names = [axis.name for axis in space.axes if axis.name != "task_type"]
     sample = whole_suites(space, sample)  # test_sweep.py is not among the added tests
+    return _cover_by(space, sample, names, reference_combinations(space, sweeping_only=True))
+
+
+def _cover_by(
+    space: AnswerSpace, sample: Sequence[Answers], names: Sequence[str], covered: Sequence[Answers]
+) -> list[Answers]:
+    """The cover of `sample` by its answers to `names` alone, past what `covered` uses of
+    them: each as the first combination of `sample` that gives those answers."""
 
     def choices(combo: Answers) -> Answers:
-        return {name: combo[name] for name in names}
+        return {name: combo[name] for name in names if name in combo}
 
-    covered = [choices(c) for c in reference_combinations(space, sweeping_only=True)]
-    chosen = covering(space, [choices(c) for c in sample], covered)
+    chosen = covering(space, [choices(c) for c in sample], [choices(c) for c in covered])
     return [next(c for c in sample if choices(c) == wanted) for wanted in chosen]
 
 
