@@ -14,6 +14,7 @@ import jinja2
 import yaml
 from copier import _main as copier_main
 from copier import _template as copier_template
+from copier._types import LazyDict, Phase
 from copier.errors import DirtyLocalWarning
 
 from generator import REPO_ROOT
@@ -88,6 +89,8 @@ def many_renders() -> Iterator[None]:
       settings, which one template keeps, so it is what Jinja's own bytecode cache stores.
     - copier.yml is parsed once (unless it includes other files): copier reads it with
       PyYAML's pure-Python loader for each render.
+    - The Jinja context of the render phase is built once per render: copier builds it again
+      for each part of each path and each file, from answers that no longer change.
     - Copier asks git, for each file it writes, whether the destination's index needs the
       file's executable bit (two git processes per file). Outside a git repository there is
       no index, so it is not asked.
@@ -95,6 +98,7 @@ def many_renders() -> Iterator[None]:
     compile_ = jinja2.Environment.compile
     sync_bit = copier_main.Worker._sync_git_index_executable_bit
     load_config = copier_template.load_template_config
+    render_context = copier_main.Worker._render_context
     cache: dict[tuple, object] = {}
     configs: dict[str, dict] = {}
 
@@ -113,6 +117,17 @@ def many_renders() -> Iterator[None]:
             configs[text] = load_config(conf_path, quiet)
         return copy.deepcopy(configs[text])  # copier may change what it is given
 
+    def render_context_once(worker):
+        if Phase.current() != Phase.RENDER:  # answers may still change while questions run
+            return render_context(worker)
+        known = vars(worker).setdefault("_context_of_its_render", {})
+        if not known:
+            known.update(render_context(worker))
+        # A copy, as copier's is new each time: it sets _copier_conf's answers_file in one.
+        conf = known["_copier_conf"]
+        lazy = LazyDict({key: (lambda key=key: conf[key]) for key in conf})
+        return known | {"_copier_conf": lazy}
+
     def sync_bit_in_repositories(worker, dst_relpath, src_mode):
         destination = Path(worker.subproject.local_abspath).resolve()
         if any((folder / ".git").exists() for folder in (destination, *destination.parents)):
@@ -120,10 +135,12 @@ def many_renders() -> Iterator[None]:
 
     jinja2.Environment.compile = compile_cached
     copier_template.load_template_config = load_config_once
+    copier_main.Worker._render_context = render_context_once
     copier_main.Worker._sync_git_index_executable_bit = sync_bit_in_repositories
     try:
         yield
     finally:
         jinja2.Environment.compile = compile_
         copier_template.load_template_config = load_config
+        copier_main.Worker._render_context = render_context
         copier_main.Worker._sync_git_index_executable_bit = sync_bit
