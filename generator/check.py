@@ -27,12 +27,12 @@ processes through generator.launch; generator.parallel checks many combinations 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import threading
 import time
 import traceback
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,9 +96,8 @@ class Result:
 
 def averages_weights(slug: str) -> bool:
     """Whether a combination's runs keep a moving average of the weights: half of them, by a
-    byte of the slug's hash (not the one USER_NAMES takes), the same in every check, and
-    both ways for every choice of the pairwise set (tests/test_check.py)."""
-    return hashlib.sha256(slug.encode()).digest()[1] % 2 == 1
+    hash of the slug, the same in every check."""
+    return zlib.crc32(slug.encode()) % 2 == 1
 
 
 def cpu_notes(answers: Mapping[str, Answer], device: str) -> list[str]:

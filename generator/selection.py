@@ -30,11 +30,6 @@ _SHARD = re.compile(r"^(\d+)/(\d+)$")
 # gives these each of their choices against each choice of every other question.
 DEVICE_FREE = ("tracker",)
 
-# The task of the rest sample's whole suites, which could be of any: the one whose default
-# project's own suite is the shortest (a fresh clone's `make test` on 2 cores: 79 s, against
-# 153 to 265 s for the other tasks' default projects).
-WHOLE_SUITES_TASK = "tabular_regression"
-
 # Names other than the default, for renders that prove what users type: the shortest and
 # the longest package name the validator takes (a line holding the name must be formatted
 # alike at both ends).
@@ -204,9 +199,7 @@ def whole_suites(space: AnswerSpace, sample: Sequence[Answers]) -> list[Answers]
     """Of `sample` (the rest sample), the combinations whose whole suites run: the cheapest
     that use every choice the reference projects leave. The others run their added tests."""
     names = [axis.name for axis in space.axes]  # not the free text `--set` or USER_NAMES gave
-    # The cover takes the earliest of the cheapest candidates: those of WHOLE_SUITES_TASK.
-    ordered = sorted(sample, key=lambda combo: combo.get("task_type") != WHOLE_SUITES_TASK)
-    return _cover_by(space, ordered, names, reference_combinations())
+    return _cover_by(space, sample, names, reference_combinations())
 
 
 def sweep_sample(space: AnswerSpace, sample: Sequence[Answers]) -> list[Answers]:
