@@ -195,7 +195,7 @@ def _add_references(subcommands: argparse._SubParsersAction) -> None:
     test = actions.add_parser(
         "test",
         help="run each committed project's own tests (the whole-sweep tests, marker sweep, "
-        "in the image_classification and language_modeling projects only)",
+        "in the image_classification_loaded and language_modeling projects only)",
     )
     for action in (sync, check, test):
         action.add_argument(

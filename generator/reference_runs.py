@@ -7,6 +7,7 @@ Their processes start as the check's do (generator.launch), on the CPU.
 from __future__ import annotations
 
 import importlib
+import json
 import shutil
 import sys
 import tempfile
@@ -16,6 +17,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -33,6 +35,7 @@ from generator.references import (
 )
 from generator.render import package_of
 from generator.results import Trained, index_text, write_results
+from generator.small_data import SmallDataRun, bag_of_words_accuracy, small_data_runs
 
 RUN_OUTPUT = "outputs/reference"  # the output_dir the shown command names
 FINE_TUNED_OUTPUT = "outputs/fine-tuned"
@@ -115,8 +118,12 @@ def train_reference(ref: Reference, folder: Path, options: Options) -> Outcome:
             if failure:
                 return Outcome(ref, False, failure)
         tuned_run = runs[1].done(model["pretrained"]) if ref.fine_tuning else None
+        small = [train_on_small_data(each, ref, folder, runs) for each in small_data_runs(ref)]
+        failure = next((record for record in small if isinstance(record, str)), None)
+        if failure:
+            return Outcome(ref, False, failure)
         sources = sources_digest(project)
-        s = write_results(ref, project, runs[0].done(), tuned_run, sources=sources)
+        s = write_results(ref, project, runs[0].done(), tuned_run, small, sources=sources)
     except Exception:  # a timeout or a missing file fails this reference, not the others
         return Outcome(ref, False, f"$ {shown(command)}\n{traceback.format_exc()}")
     line = (
@@ -124,6 +131,35 @@ def train_reference(ref: Reference, folder: Path, options: Options) -> Outcome:
         f"{s['steps']} steps in {s['wall_s']:.1f} s"
     )
     return Outcome(ref, True, line)
+
+
+def train_on_small_data(
+    small: SmallDataRun, ref: Reference, folder: Path, runs: list[Run]
+) -> dict[str, Any] | str:
+    """Train the project on one small dataset as it trained its default run (or, with
+    `small.fine_tunes`, its fine-tuning run): what small-data.json records of it, or the
+    failure, as Run.train says it."""
+    project = folder / "project"
+    like = runs[1] if small.fine_tunes else runs[0]
+    data = small.build(folder / "small-data" / small.name)
+    fields = ["--data_dir", str(data), *small.fields]
+    each = Run([*like.command, *fields], like.local, "", folder / "small" / small.name, like.env)
+    failure = each.train(project)
+    if failure:
+        return failure
+    summary = json.loads((each.out / "summary.json").read_text(encoding="utf-8"))
+    # As a reader reruns it, with the data built into data/NAME (generator/small_data.py).
+    shown_fields = ["--data_dir", f"data/{small.name}", *small.fields]
+    threads = like.env["OMP_NUM_THREADS"]
+    rerun = f"OMP_NUM_THREADS={threads} PYTHONPATH=src {shown([*like.command, *shown_fields])}"
+    record = {"name": small.name, "data": small.data, "command": rerun, "summary": summary}
+    if small.bag_of_words:
+        reference = [sys.executable, "-m", f"{package_of(project)}.reference", *fields]
+        result = run(reference, project, like.env)
+        if result.returncode != 0:
+            return f"$ {shown(reference)}\nexited {result.returncode}\n{tail(result.stdout)}"
+        record["bag_of_words"] = bag_of_words_accuracy(result.stdout)
+    return record
 
 
 @dataclass

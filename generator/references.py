@@ -49,6 +49,7 @@ from generator.results import (
     SOURCES,
     index_text,
 )
+from generator.small_data import SMALL_DATA_JSON, small_data_runs
 
 REFERENCES_DIR = REPO_ROOT / "reference_projects"
 INDEX = "README.md"
@@ -96,10 +97,14 @@ class Reference:
         return self.name in SWEEP_TEST_REFERENCES
 
     @property
+    def is_default(self) -> bool:
+        """Whether it is its task's default project (every other answer the default)."""
+        return set(self.answers) == {"project_name", "task_type"}
+
+    @property
     def fine_tuning(self) -> str | None:
         """The config file of its recorded fine-tuning run (the default project's only)."""
-        plain = set(self.answers) == {"project_name", "task_type"}
-        return FINE_TUNING.get(str(self.answers["task_type"])) if plain else None
+        return FINE_TUNING.get(str(self.answers["task_type"])) if self.is_default else None
 
 
 def references(space: AnswerSpace | None = None) -> list[Reference]:
@@ -207,11 +212,17 @@ def sources_digest(project: Path) -> str:
     return digest.hexdigest()
 
 
+def recorded_runs(ref: Reference) -> tuple[str, ...]:
+    """The JSON files in which `sync` records a reference's runs."""
+    fine_tuned = (FINE_TUNED_JSON,) if ref.fine_tuning else ()
+    return (RESULTS_JSON, *fine_tuned, *((SMALL_DATA_JSON,) if small_data_runs(ref) else ()))
+
+
 def stale_results(project: Path, ref: Reference, sources: str) -> list[str]:
     """One line for each results JSON in `project` that was not trained from the files whose
     sources_digest is `sources`, naming the command that trains it again."""
     problems = []
-    for path in (RESULTS_JSON, FINE_TUNED_JSON) if ref.fine_tuning else (RESULTS_JSON,):
+    for path in recorded_runs(ref):
         if not (project / path).is_file():
             continue  # compare() says it is missing
         try:
@@ -274,9 +285,9 @@ def compare(fresh: Path, committed: Path, ref: Reference) -> list[str]:
     for path in rendered & present:
         if (fresh / path).read_bytes() != (committed / path).read_bytes():
             problems.append(f"{name}/{path}: differs")
-    results = (RESULTS_MD, RESULTS_JSON, CURVES_PNG)
+    results = (RESULTS_MD, CURVES_PNG, *recorded_runs(ref))
     if ref.fine_tuning:
-        results += (FINE_TUNED_JSON, FINE_TUNED_PNG)
+        results += (FINE_TUNED_PNG,)
     for path in results:
         if path not in present:
             problems.append(f"{name}/{path}: missing (run `python -m generator references sync`)")

@@ -24,6 +24,7 @@ from generator.answers import answer_text, load_space
 from generator.launch import processes
 from generator.provenance import cpu_model
 from generator.render import package_of
+from generator.small_data import SMALL_DATA_JSON, small_data_text
 
 if TYPE_CHECKING:
     from generator.references import Reference
@@ -55,11 +56,13 @@ def write_results(
     project: Path,
     default: Trained,
     fine_tuned: Trained | None = None,
+    small: Sequence[dict[str, Any]] = (),
     *,
     sources: str,
 ) -> dict[str, Any]:
     """RESULTS.md, results/results.json and results/curves.png from the default run; with
-    `fine_tuned`, its fine-tuned.json and fine-tuned-curves.png, and a section of RESULTS.md.
+    `fine_tuned`, its fine-tuned.json and fine-tuned-curves.png, and a section of RESULTS.md;
+    with `small` (the runs on small datasets), small-data.json and a section.
 
     `sources` is the digest of the files the runs trained from (references.sources_digest),
     which each JSON records so that `references check` refuses results of other sources."""
@@ -73,7 +76,13 @@ def write_results(
         shutil.copyfile(fine_tuned.out / "curves.png", project / FINE_TUNED_PNG)
         content = json.dumps(tuned, indent=2) + "\n"
         (project / FINE_TUNED_JSON).write_text(content, encoding="utf-8")
-    (project / RESULTS_MD).write_text(results_text(record, tuned), encoding="utf-8")
+    text = results_text(record, tuned)
+    if small:
+        small_record = {SOURCES: sources, "python": platform.python_version(), "runs": small}
+        content = json.dumps(small_record, indent=2) + "\n"
+        (project / SMALL_DATA_JSON).write_text(content, encoding="utf-8")
+        text += small_data_text(small_record)
+    (project / RESULTS_MD).write_text(text, encoding="utf-8")
     return record["summary"]
 
 
@@ -249,7 +258,8 @@ copy` produces it today, one per task type with the default answers, and one wit
 option on. Each project's README explains its design choices (why this model, this loss,
 these defaults); its RESULTS.md shows what its default run achieves, trained once on a CPU
 (the training time is the run's own, without start-up, on the machine RESULTS.md names),
-and, for text classification, what fine-tuning a pretrained model does on the same data.
+for text classification what fine-tuning a pretrained model does on the same data, and, for
+image and text classification, what the default fields reach on small real datasets.
 
 | project | task | answers besides the defaults | metric | value | baseline | training time |
 |---|---|---|---|---|---|---|

@@ -42,6 +42,7 @@ from generator.results import (
     SOURCES,
 )
 from generator.selection import rest_sample, select, whole_suites
+from generator.small_data import SMALL_DATA, SMALL_DATA_JSON
 
 SPACE = load_space()
 REFS = references(SPACE)
@@ -54,7 +55,7 @@ def copy_references(tmp_path: Path) -> Path:
     root = tmp_path / "reference_projects"
     shutil.copytree(REFERENCES_DIR, root, ignore=JUNK)
     for ref in REFS:
-        for path in (RESULTS_JSON, FINE_TUNED_JSON) if ref.fine_tuning else (RESULTS_JSON,):
+        for path in references_module.recorded_runs(ref):
             record_sources(root / ref.name / path, sources_digest(root / ref.name))
     return root
 
@@ -143,17 +144,19 @@ def test_check_refuses_results_trained_from_other_sources(
 ) -> None:
     """Results are exempt from the comparison, but not from being of the template now."""
     root = copy_references(tmp_path)
-    name = "text_classification"  # the one with a fine-tuning run: both files are checked
+    name = "text_classification"  # with fine-tuning and small-data runs: each file is checked
     record_sources(root / name / RESULTS_JSON, "0" * 64)
     record_sources(root / name / FINE_TUNED_JSON, None)  # results made before the digest
+    record_sources(root / name / SMALL_DATA_JSON, "1" * 64)
     assert main(["references", "check", "--root", str(root), "--only", name]) == 1
     stale = [line for line in capsys.readouterr().out.splitlines() if "stale" in line]
     sync = f"(stale results); run `python -m generator references sync --only {name}`"
+    other = "was trained from other src/ and configs/ than the template renders now"
     assert stale == [
         f"{name}/{FINE_TUNED_JSON}: records no digest of the src/ and configs/ it was "
         f"trained from {sync}",
-        f"{name}/{RESULTS_JSON}: was trained from other src/ and configs/ than the template "
-        f"renders now {sync}",
+        f"{name}/{RESULTS_JSON}: {other} {sync}",
+        f"{name}/{SMALL_DATA_JSON}: {other} {sync}",
     ]
 
 
@@ -186,7 +189,8 @@ def test_sync_records_the_digest_of_the_sources_it_trained(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """train_reference (what `sync` runs for each project) with the training stood in for:
-    its results JSONs record the rendered project's digest, which `check` then accepts."""
+    its results JSONs record the rendered project's digest, which `check` then accepts, and
+    each run on a small dataset trains on data built for it, as the default run trains."""
     ref = next(ref for ref in REFS if ref.fine_tuning)
     project = tmp_path / "project"
     shutil.copytree(REFERENCES_DIR / ref.name, project, ignore=JUNK)
@@ -194,7 +198,13 @@ def test_sync_records_the_digest_of_the_sources_it_trained(
     (project / RESULTS_MD).unlink()
     summary = json.loads((REFERENCES_DIR / ref.name / RESULTS_JSON).read_text("utf-8"))["summary"]
 
+    commands = []
+
     def train(command, cwd, env, *args, **kwargs):
+        commands.append(command)
+        if "--output_dir" not in command:  # the project's bag-of-words reference
+            printed = "          bag_of_words  validation accuracy 0.9000\n"
+            return subprocess.CompletedProcess(command, 0, printed, "")
         out = Path(command[command.index("--output_dir") + 1])
         out.mkdir(parents=True)
         (out / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
@@ -205,10 +215,23 @@ def test_sync_records_the_digest_of_the_sources_it_trained(
     monkeypatch.setattr(reference_runs, "run", train)
     outcome = reference_runs.train_reference(ref, tmp_path, Options(tmp_path, "cpu"))
     assert outcome.ok, outcome.message
-    for path in (RESULTS_JSON, FINE_TUNED_JSON):
+    for path in (RESULTS_JSON, FINE_TUNED_JSON, SMALL_DATA_JSON):
         record = json.loads((project / path).read_text(encoding="utf-8"))
         assert record[SOURCES] == sources_digest(project), path
     assert references_module.stale_results(project, ref, sources_digest(project)) == []
+    runs = json.loads((project / SMALL_DATA_JSON).read_text(encoding="utf-8"))["runs"]
+    assert [run["name"] for run in runs] == [run.name for run in SMALL_DATA[ref.name]]
+    assert all(run["bag_of_words"] == 0.9 and run["summary"] == summary for run in runs)
+    default, tuned, *small = commands[:2] + [c for c in commands[2:] if "--output_dir" in c]
+    for run, command in zip(runs, small, strict=True):
+        at = command.index("--data_dir")
+        data = Path(command[at + 1])
+        assert data.parent == tmp_path / "small-data" and (data / "train.csv").is_file()
+        like = tuned if run["name"].endswith("fine-tuned") else default
+        # As that run, but for the data and where it writes.
+        assert command[:at] + command[at + 2 : -1] == like[:-1]
+        assert f"--data_dir data/{run['name']}" in run["command"]
+    assert "## On small real datasets" in (project / RESULTS_MD).read_text(encoding="utf-8")
 
 
 def test_answers_file_is_normalised() -> None:

@@ -3,40 +3,41 @@ default fields hold on small real datasets a user could bring.
 
 The default project of each task is its reference project (reference_projects/<task>, the
 task with every other answer left at its default). `references sync` trains it with the
-project's default configuration and commits the run's summary in results/results.json,
-with the digest of the src/ and configs/ it trained from. Here every results file must
-record the digest of the committed project's src/ and configs/, and `references check`
-(test_references.py) fails unless those are what the template renders now (and unless the
-digest is the fresh render's), so the results are those of the current template's defaults,
-or a test names the command that trains them again. The targets are checked on them instead
-of training every default again (the language model's alone takes a minute and a half).
-The small-data targets train here, on datasets built from real photos and real English text
-that installed packages ship.
+project's default configuration and commits the run's summary in results/results.json, and
+its runs on small datasets of real data (generator/small_data.py: real photos and real
+English text that installed packages ship) in results/small-data.json, each with the digest
+of the src/ and configs/ it trained from. Here every results file must record the digest of
+the committed project's src/ and configs/, and `references check` (test_references.py)
+fails unless those are what the template renders now (and unless the digest is the fresh
+render's), so the results are those of the current template's defaults, or a test names the
+command that trains them again. The targets are checked on them instead of training every
+run again (minutes on a CPU).
 Running the other combinations is `python -m generator check`'s job.
 """
 
 from __future__ import annotations
 
 import csv
-import importlib
-import inspect
 import json
-import random
-import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-from helpers import reproduce, run_in
+from helpers import run_in
 from PIL import Image
-from sklearn.datasets import load_sample_images
 
 from generator.answers import load_space
-from generator.reference_runs import packaged_model
 from generator.references import REFERENCES_DIR, references, select, sources_digest, stale_results
-from generator.render import package_of, render
+from generator.render import package_of
 from generator.results import FINE_TUNED_JSON, RESULTS_JSON
+from generator.small_data import (
+    DOCSTRING_TOPICS,
+    SMALL_DATA,
+    SMALL_DATA_JSON,
+    docstring_topics,
+    photo_crops,
+)
 
 SPACE = load_space()
 TASKS = next(axis for axis in SPACE.axes if axis.name == "task_type").choices
@@ -55,23 +56,6 @@ def default_summary(task: str) -> dict[str, Any]:
     summary = record["summary"]
     assert summary["task"] == task
     return summary
-
-
-def train_default(tmp_path: Path, task: str, *train_args: str) -> dict[str, Any]:
-    """Render the task's default project, train it with train_args, return its summary.json."""
-    return train_default_in(tmp_path, task, *train_args)[1]
-
-
-def train_default_in(tmp_path: Path, task: str, *train_args: str) -> tuple[Path, dict[str, Any]]:
-    """train_default, and the project it rendered."""
-    answers = SPACE.defaults() | {"task_type": task}
-    project = render(answers, tmp_path / "project")
-    out = tmp_path / "out"
-    command = ["-m", f"{package_of(project)}.train", "--output_dir", str(out), *train_args]
-    run_in(project, command, reproduce(answers))
-    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-    assert summary["task"] == task
-    return project, summary
 
 
 @pytest.mark.parametrize("ref", references(SPACE), ids=lambda ref: ref.name)
@@ -150,105 +134,40 @@ def test_semantic_segmentation() -> None:
     assert summary["value"] > summary["baseline_value"], summary
 
 
-def photo_crops(root: Path, per_class: int, seed: int = 0) -> Path:
-    """A folder of real photos in 2 classes: square crops (64 to 199 pixels, some mirrored,
-    saved as JPEG) of the two photos scikit-learn ships, a temple and a flower."""
-    rng = np.random.default_rng(seed)
-    for name, photo in zip(["temple", "flower"], load_sample_images().images, strict=True):
-        (root / name).mkdir(parents=True)
-        height, width, _ = photo.shape
-        for index in range(per_class):
-            size = int(rng.integers(64, 200))
-            top, left = int(rng.integers(0, height - size)), int(rng.integers(0, width - size))
-            crop = Image.fromarray(photo[top : top + size, left : left + size])
-            if rng.random() < 0.5:
-                crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-            crop.save(root / name / f"{index:03d}.jpg", quality=90)
-    return root
+def small_data(task: str) -> dict[str, dict[str, Any]]:
+    """The runs on small datasets of the task's default project (generator.small_data), by
+    name, as `references sync` trained them from the sources the project holds now."""
+    (reference,) = select([task])
+    project = REFERENCES_DIR / task
+    stale = stale_results(project, reference, sources_digest(project))
+    assert not stale, "\n".join(stale)
+    record = json.loads((project / SMALL_DATA_JSON).read_text(encoding="utf-8"))
+    runs = {run["name"]: run for run in record["runs"]}
+    assert list(runs) == [run.name for run in SMALL_DATA[task]]
+    assert all(run["summary"]["task"] == task for run in runs.values())
+    return runs
 
 
-@pytest.mark.slow
-def test_image_classification_on_160_photos(tmp_path: Path) -> None:
+def test_image_classification_on_160_photos() -> None:
     """Default fields on a small folder of real photos: at least 95% (31 of the 32 held out),
     though the run is short enough to warn that it has few optimizer steps."""
-    data = photo_crops(tmp_path / "photos", per_class=80)
-    fields = ["--data_dir", str(data), "--image_size", "32", "--image_channels", "3"]
-    summary = train_default(tmp_path, "image_classification", *fields)
+    summary = small_data("image_classification")["photos-160"]["summary"]
     assert summary["baseline_value"] == 0.5, summary
     assert summary["value"] >= 0.95, summary
 
 
-# Three topics of the standard library, each the modules whose docstrings speak of it.
-DOCSTRING_TOPICS = {
-    "files": "os shutil pathlib glob tempfile zipfile tarfile io fileinput filecmp gzip bz2 "
-    "lzma os.path stat fnmatch mmap csv configparser pickle shelve dbm",
-    "network": "socket http.client http.server http.cookies http.cookiejar urllib.request "
-    "urllib.parse smtplib ftplib poplib imaplib email.message email.utils email.parser ssl "
-    "socketserver xmlrpc.client xmlrpc.server ipaddress selectors asyncio.streams "
-    "wsgiref.simple_server mailbox",
-    "numbers": "math cmath statistics decimal fractions random numbers operator _pydecimal "
-    "datetime calendar bisect heapq array struct colorsys timeit",
-}
-
-
-def docstrings(module_name: str) -> set[str]:
-    """The docstrings (8 words or more) of a module's classes, functions and methods."""
-    module = importlib.import_module(module_name)
-    found = set()
-    for value in vars(module).values():
-        if getattr(value, "__module__", None) != module.__name__:
-            continue
-        members = [value, *vars(value).values()] if inspect.isclass(value) else [value]
-        for member in members:
-            text = inspect.getdoc(member) if callable(member) else None
-            if text and len(text.split()) >= 8:
-                found.add(text)
-    return found
-
-
-def docstring_topics(root: Path, count: int, seed: int) -> Path:
-    """A train.csv of `count` real English texts in 3 balanced classes: docstrings of the
-    standard library, labelled by topic. Fields hold commas, quotes and newlines."""
-    rng = random.Random(seed)
-    rows = []
-    for label, modules in DOCSTRING_TOPICS.items():
-        texts = sorted(set().union(*(docstrings(name) for name in modules.split())))
-        rng.shuffle(texts)
-        rows += [(text, label) for text in texts[: count // 3]]
-    rng.shuffle(rows)
-    root.mkdir(parents=True)
-    with open(root / "train.csv", "w", newline="", encoding="utf-8") as file:
-        csv.writer(file).writerows([("text", "label"), *rows])
-    return root
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("count", "seed"), [(450, 0), (450, 1), (600, 2)])
-def test_text_classification_on_a_few_hundred_docstrings(tmp_path, count, seed) -> None:
+@pytest.mark.parametrize(
+    "name", ["docstrings-450-seed-0", "docstrings-450-seed-1", "docstrings-600-seed-2"]
+)
+def test_text_classification_on_a_few_hundred_docstrings(name: str) -> None:
     """Default fields on a few hundred real texts: within 5 points of the project's own
     bag-of-words reference on the same split (which sees every word of every text, where
     the model reads the first 64 tokens). Three sets, because one run on one set of
     hundreds is a few texts either way from the next."""
-    data = docstring_topics(tmp_path / "texts", count, seed)
-    fields = ["--data_dir", str(data)]
-    project, summary = train_default_in(tmp_path, "text_classification", *fields)
-    bag_of_words = bag_of_words_accuracy(project, fields)
+    run = small_data("text_classification")[name]
+    summary = run["summary"]
     assert abs(summary["baseline_value"] - 1 / 3) < 0.01, summary
-    assert summary["value"] >= bag_of_words - 0.05, (summary["value"], bag_of_words)
-
-
-def bag_of_words_accuracy(project: Path, fields: list[str]) -> float:
-    """The validation accuracy of the project's own bag-of-words reference on that data."""
-    printed = run_in(project, ["-m", f"{package_of(project)}.reference", *fields], "").stdout
-    return float(re.search(r"bag_of_words +validation accuracy ([0-9.]+)", printed)[1])
-
-
-def fine_tune_minilm(tmp_path: Path, *fields: str) -> tuple[Path, dict[str, Any]]:
-    """The text project's configs/pretrained.yaml, with the packaged copy of the model it
-    names (all-MiniLM-L6-v2, from a development dependency), offline."""
-    minilm = packaged_model("sentence-transformers/all-MiniLM-L6-v2")
-    pretrained = ["--config", "configs/pretrained.yaml", "--pretrained", str(minilm)]
-    return train_default_in(tmp_path, "text_classification", *pretrained, *fields)
+    assert summary["value"] >= run["bag_of_words"] - 0.05, (summary["value"], run["bag_of_words"])
 
 
 def test_text_classification_fine_tuned_in_a_third_of_the_steps() -> None:
@@ -265,15 +184,43 @@ def test_text_classification_fine_tuned_in_a_third_of_the_steps() -> None:
     assert tuned["value"] >= scratch["value"], (tuned["value"], scratch["value"])
 
 
-@pytest.mark.slow
-def test_text_classification_fine_tuned_beats_bag_of_words_on_a_few_hundred_docstrings(
-    tmp_path, monkeypatch
-) -> None:
+def test_text_classification_fine_tuned_beats_bag_of_words_on_a_few_hundred_docstrings() -> None:
     """configs/pretrained.yaml with the packaged MiniLM on 450 docstrings in 3 topics beats
     the project's bag-of-words reference on the same split (the from-scratch default comes
     within 5 points of it, above)."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    fields = ["--data_dir", str(docstring_topics(tmp_path / "texts", 450, 0))]
-    project, summary = fine_tune_minilm(tmp_path, *fields)
-    bag_of_words = bag_of_words_accuracy(project, fields)
-    assert summary["value"] > bag_of_words, (summary["value"], bag_of_words)
+    run = small_data("text_classification")["docstrings-450-seed-0-fine-tuned"]
+    assert "--config configs/pretrained.yaml" in run["command"], run["command"]
+    assert run["summary"]["value"] > run["bag_of_words"], (run["summary"], run["bag_of_words"])
+
+
+# The datasets that `references sync` trains on: what the targets above are about.
+
+
+def test_the_photos_are_two_balanced_classes_of_real_crops(tmp_path: Path) -> None:
+    root = photo_crops(tmp_path / "photos", per_class=5)
+    assert sorted(path.name for path in root.iterdir()) == ["flower", "temple"]
+    sizes = set()
+    for folder in root.iterdir():
+        files = sorted(folder.iterdir())
+        assert len(files) == 5
+        for path in files:
+            with Image.open(path) as image:
+                assert image.format == "JPEG" and image.width == image.height
+                sizes.add(image.width)
+                assert 64 <= image.width < 200
+    assert len(sizes) > 1
+    again = photo_crops(tmp_path / "again", per_class=5)
+    assert (again / "temple" / "000.jpg").read_bytes() == (root / "temple" / "000.jpg").read_bytes()
+
+
+def test_the_docstrings_are_three_balanced_topics_of_real_text(tmp_path: Path) -> None:
+    root = docstring_topics(tmp_path / "texts", 450, 0)
+    with open(root / "train.csv", newline="", encoding="utf-8") as file:
+        header, *rows = list(csv.reader(file))
+    assert header == ["text", "label"]
+    assert Counter(label for _, label in rows) == {label: 150 for label in DOCSTRING_TOPICS}
+    assert len({text for text, _ in rows}) == 450
+    assert all(len(text.split()) >= 8 for text, _ in rows)
+    assert any("," in text or "\n" in text for text, _ in rows)  # fields a CSV must quote
+    other = docstring_topics(tmp_path / "other", 450, 1)
+    assert (other / "train.csv").read_text("utf-8") != (root / "train.csv").read_text("utf-8")
