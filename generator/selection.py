@@ -15,7 +15,6 @@ from typing import TypeVar
 
 from generator.answers import Answer, AnswerError, Answers, AnswerSpace
 from generator.cover import TESTED_PAIRS, cost, covering
-from generator.launch import processes
 from generator.pairwise import pairs_of, pairwise
 from generator.references import reference_combinations
 
@@ -178,21 +177,51 @@ def check_selection(
     return combinations, sample
 
 
+# What the pairs' suites prove for each task, past the reference projects and the whole
+# suites, running only the tests these answers add (check.added_tests):
+# - its model sharded over 2 processes, its own unit of sharding (transformer blocks, CNN or
+#   U-Net stages), without mixed precision: 2 processes must then train as 1 within the
+#   order of float sums, which a missed gradient sync or a wrong split of the data or of
+#   the metric's reduction (code DDP shares) would fail by percents;
+# - fp16's loss scaling, on its loss.
+# DDP's wrapper and bf16's looser tolerances are the same for every task: DDP's whole suite
+# runs for one task, bf16's in the loaded reference, and every task trains, resumes and
+# exports with each in the pairwise check; the nightly matrix runs every pairing's suite.
+PAIR_SUITES: tuple[Answers, ...] = (
+    {"distributed": "sharded", "mixed_precision": "no"},
+    {"mixed_precision": "fp16"},
+)
+
+
 def rest_sample(space: AnswerSpace, candidates: Sequence[Answers]) -> list[Answers]:
     """The combinations of `candidates` whose own tests `check --project-tests rest` runs:
     the cheapest cover of what the reference projects' suites leave untested. The pairwise
     set starts with them, so that it holds them whatever the pairs would pick.
 
     First the whole suites of the choices the references leave (whole_suites), then, for
-    each pairing of TESTED_PAIRS still untested, a combination of several processes whose
-    suite runs only the tests its answers add to its task's default project (check.added_tests):
-    those of what several processes and mixed precision change, which is what the pairs are
-    for. Its other tests are the default project's, run by the task's reference suite, and
-    the check's stages train, resume and export it like every combination.
+    each task and each of PAIR_SUITES that no reference or whole suite gives it, the
+    cheapest combination with both, whose suite runs only the tests its answers add to its
+    task's default project (check.added_tests). Its other tests are the default project's,
+    run by the task's reference suite, and the check's stages train, resume and export it
+    like every combination.
     """
     whole = whole_suites(space, candidates)
-    several = [combo for combo in candidates if processes(combo) > 1]
-    return whole + covering(space, several, [*reference_combinations(), *whole], TESTED_PAIRS)
+    return whole + pair_suites(space, candidates, [*reference_combinations(), *whole])
+
+
+def pair_suites(
+    space: AnswerSpace, candidates: Sequence[Answers], covered: Sequence[Answers]
+) -> list[Answers]:
+    """For each of PAIR_SUITES and each task, unless a combination of `covered` has both,
+    the first of the cheapest `candidates` that has both (none where none has)."""
+    tasks = next((axis.choices for axis in space.axes if axis.name == "task_type"), ())
+    chosen: list[Answers] = []
+    for answers in PAIR_SUITES:
+        for task in tasks:
+            wanted = {"task_type": task, **answers}
+            if not matching(covered, wanted) and (options := matching(candidates, wanted)):
+                chosen.append(min(options, key=cost))
+    return chosen
 
 
 def whole_suites(space: AnswerSpace, sample: Sequence[Answers]) -> list[Answers]:

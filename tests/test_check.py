@@ -157,7 +157,7 @@ def test_the_rest_samples_pairs_run_only_the_tests_their_answers_add(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Of the rest sample, the suites beyond the whole ones run the test files their answers
-    add to their task's default project: several processes' and fp16's, for a pair."""
+    add to their task's default project: sharding's, or fp16's."""
     seen: list[tuple] = []
     monkeypatch.setattr(commands, "check_all", lambda *args: seen.append(args) or [])
     monkeypatch.setattr(commands, "write_report", lambda *args, **kwargs: None)
@@ -170,22 +170,25 @@ def test_the_rest_samples_pairs_run_only_the_tests_their_answers_add(
         monkeypatch.setattr(check._Run, stage, lambda self: None)
     commands_run: list[list[str]] = []
     monkeypatch.setattr(check, "run_checked", lambda command, *args: commands_run.append(command))
-    multi_fp16 = next(
-        c for c in pairs if (c["distributed"], c["mixed_precision"]) == ("multi", "fp16")
-    )
-    result = check_combination(
-        SPACE, multi_fp16, tmp_path / "pair", rest_options, project_tests=True
-    )
-    assert result.ok, result.log_tail
-    added = ["tests/test_distributed.py", "tests/test_fp16.py", "tests/test_slurm.py"]
-    assert commands_run == [[*commands_run[0][: -len(added)], *added]]
-    assert commands_run[0][-len(added) - 2 : -len(added)] == ["-m", "not sweep"]
+    for distributed, precision, added in [
+        ("sharded", "no", ["test_distributed.py", "test_sharding.py", "test_slurm.py"]),
+        ("single", "fp16", ["test_fp16.py"]),
+    ]:
+        pair = next(
+            c for c in pairs if (c["distributed"], c["mixed_precision"]) == (distributed, precision)
+        )
+        folder = tmp_path / distributed
+        result = check_combination(SPACE, pair, folder, rest_options, project_tests=True)
+        assert result.ok, result.log_tail
+        added = [f"tests/{name}" for name in added]
+        assert commands_run[-1] == [*commands_run[-1][: -len(added)], *added]
+        assert commands_run[-1][-len(added) - 2 : -len(added)] == ["-m", "not sweep"]
     # A combination that adds no test file to its task's default fails: it would run nothing.
     default = SPACE.defaults()
     options = Options(tmp_path / "cache", added_tests_only=frozenset([SPACE.slug(default)]))
     result = check_combination(SPACE, default, tmp_path / "default", options, project_tests=True)
     assert not result.ok and result.stages[-1].name == "tests"
-    assert "add no test file" in result.log_tail and len(commands_run) == 1
+    assert "add no test file" in result.log_tail and len(commands_run) == 2
 
 
 def test_the_rest_sweep_suites_marker_selects_the_shared_study_test_alone() -> None:

@@ -20,7 +20,7 @@ from generator import REPO_ROOT, reference_runs
 from generator import references as references_module
 from generator.answers import load_space
 from generator.cli import main
-from generator.cover import TESTED_PAIRS, covering, features
+from generator.cover import covering, features
 from generator.launch import Options, processes
 from generator.references import (
     COMMIT,
@@ -41,7 +41,7 @@ from generator.results import (
     RESULTS_MD,
     SOURCES,
 )
-from generator.selection import rest_sample, select, whole_suites
+from generator.selection import PAIR_SUITES, rest_sample, select, whole_suites
 from generator.small_data import SMALL_DATA, SMALL_DATA_JSON
 
 SPACE = load_space()
@@ -305,7 +305,7 @@ def test_a_failing_project_test_fails_the_command_and_shows_it(
 
 def test_rest_of_the_sample_covers_what_the_references_leave() -> None:
     """`check --project-tests rest` (make test) tests only what no reference project tests:
-    the choices, and each task's pairings with mixed precision and with distributed."""
+    the choices, and for each task its sharding at full precision and fp16 (PAIR_SUITES)."""
     tested = reference_combinations(SPACE)
     assert tested == [
         {a.name: (SPACE.defaults() | r.answers)[a.name] for a in SPACE.axes} for r in REFS
@@ -317,20 +317,20 @@ def test_rest_of_the_sample_covers_what_the_references_leave() -> None:
     assert all(combo in pairwise_set for combo in rest)  # the pairwise check runs them
     # The cheapest suites that do it: none compiles (a reference project does).
     assert not any(combo["compile"] for combo in rest)
-    # Whole suites use every choice; the pairs' suites, which run only the tests their
-    # answers add, are of several processes (tests/test_check.py: which tests they run).
+    # Whole suites use every choice; each pair's suite, which runs only the tests its
+    # answers add (tests/test_check.py), gives one task one of PAIR_SUITES.
     singles = {f for combo in SPACE.combinations() for f in features(combo)}
     assert {f for combo in [*tested, *whole] for f in features(combo)} == singles
-    assert all(processes(combo) > 1 for combo in rest[len(whole) :])
-    every = {f for combo in SPACE.combinations() for f in features(combo, TESTED_PAIRS)}
-    run = {f for combo in [*tested, *rest] for f in features(combo, TESTED_PAIRS)}
-    assert run == every
     tasks = next(axis.choices for axis in SPACE.axes if axis.name == "task_type")
-    for task, precision in itertools.product(tasks, ("no", "fp16", "bf16")):
-        assert any(
-            c["task_type"] == task and c["mixed_precision"] == precision for c in tested + rest
-        )
-    assert len(rest) < len(covering(SPACE, pairwise_set, pairs=TESTED_PAIRS))
+    pairs = rest[len(whole) :]
+    for task, answers in itertools.product(tasks, PAIR_SUITES):
+        wanted = {"task_type": task, **answers}
+        having = [c for c in [*tested, *rest] if c.items() >= wanted.items()]
+        assert len(having) == 1, (wanted, having)
+    assert all(any(c.items() >= a.items() for a in PAIR_SUITES) for c in pairs)
+    # Each pair as cheap as any with its answers: no tracker, no export, one process for fp16.
+    assert all(c["tracker"] == "none" and c["export_target"] == "none" for c in pairs)
+    assert all(processes(c) == 1 for c in pairs if c["mixed_precision"] == "fp16")
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
