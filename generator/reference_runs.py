@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -118,10 +119,12 @@ def train_reference(ref: Reference, folder: Path, options: Options) -> Outcome:
             if failure:
                 return Outcome(ref, False, failure)
         tuned_run = runs[1].done(model["pretrained"]) if ref.fine_tuning else None
-        small = [train_on_small_data(each, ref, folder, runs) for each in small_data_runs(ref)]
-        failure = next((record for record in small if isinstance(record, str)), None)
-        if failure:
-            return Outcome(ref, False, failure)
+        small = []
+        for each in small_data_runs(ref):  # the first that fails stops the others
+            record = train_on_small_data(each, ref, folder, runs)
+            if isinstance(record, str):
+                return Outcome(ref, False, record)
+            small.append(record)
         sources = sources_digest(project)
         s = write_results(ref, project, runs[0].done(), tuned_run, small, sources=sources)
     except Exception:  # a timeout or a missing file fails this reference, not the others
@@ -157,7 +160,7 @@ def train_on_small_data(
         reference = [sys.executable, "-m", f"{package_of(project)}.reference", *fields]
         result = run(reference, project, like.env)
         if result.returncode != 0:
-            return f"$ {shown(reference)}\nexited {result.returncode}\n{tail(result.stdout)}"
+            return failure_text(reference, result)
         record["bag_of_words"] = bag_of_words_accuracy(result.stdout)
     return record
 
@@ -179,15 +182,18 @@ class Run:
         start = time.perf_counter()
         result = run(command, project, self.env)
         self.process_s = time.perf_counter() - start
-        if result.returncode != 0:
-            return f"$ {shown(command)}\nexited {result.returncode}\n{tail(result.stdout)}"
-        return None
+        return failure_text(command, result) if result.returncode != 0 else None
 
     def done(self, model: str | None = None) -> Trained:
         """What write_results records of it: its folder, time and the command to rerun it."""
         rerun = shown([*self.command, "--output_dir", self.output])
         rerun = f"OMP_NUM_THREADS={self.env['OMP_NUM_THREADS']} PYTHONPATH=src {rerun}"
         return Trained(self.out, self.process_s, rerun, model)
+
+
+def failure_text(command: list[str], result: subprocess.CompletedProcess[str]) -> str:
+    """What a failed process of a reference's sync says: its command, exit code and output."""
+    return f"$ {shown(command)}\nexited {result.returncode}\n{tail(result.stdout)}"
 
 
 def packaged_model(hub_id: str) -> Path:
